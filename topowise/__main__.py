@@ -1,0 +1,3 @@
+from topowise.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""GPU and link specifications: one table, each row with its source.
+
+Units: bytes, FLOP/s, GB/s (1e9 B/s) per direction. "verify" marks a figure from a product page
+that no measurement here has confirmed yet (see ../docs/results for what was measured).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_bytes: int
+    bf16_dense_flops: float  # datasheet peak, dense (no sparsity)
+    nvlink_gen: int  # 0 when the part has no NVLink
+    pcie_gen: int
+    source: str
+
+
+# Matched against the name NVML / nvidia-smi reports, longest key first (see `gpu_spec`).
+GPUS: dict[str, GpuSpec] = {
+    "H200": GpuSpec("H200", 143771 * 1024**2, 989e12, 4, 5,
+                    "memory: nvidia-smi on the 2x H200 machine (143771 MiB); 989 TFLOP/s: NVIDIA H200 datasheet"),
+    "H200 NVL": GpuSpec("H200 NVL", 141 * GB, 835e12, 4, 5,
+                        "NVIDIA H200 NVL product text: 141 GB, 1671 TFLOP/s bf16 with sparsity (verify)"),
+    "H100": GpuSpec("H100", 80 * GIB, 989e12, 4, 5, "NVIDIA H100 SXM datasheet: 80 GB, 989 TFLOP/s bf16 dense"),
+    "H100 NVL": GpuSpec("H100 NVL", 94 * GB, 835e12, 4, 5,
+                        "NVIDIA H100 NVL product text: 94 GB, 1671 TFLOP/s bf16 with sparsity (verify)"),
+    "A100": GpuSpec("A100", 80 * GIB, 312e12, 3, 4, "NVIDIA A100 datasheet: 80 GB, 312 TFLOP/s bf16"),
+    "L40S": GpuSpec("L40S", 48 * GIB, 362e12, 0, 4,
+                    "NVIDIA L40S datasheet: 48 GB, 733 TFLOP/s bf16 with sparsity (verify)"),
+    "RTX 4090": GpuSpec("RTX 4090", 24 * GIB, 165e12, 0, 4,
+                        "NVIDIA Ada whitepaper: 165 TFLOP/s bf16 dense with fp32 accumulate (verify)"),
+    "RTX A6000": GpuSpec("RTX A6000", 48 * GIB, 155e12, 3, 4,
+                         "NVIDIA RTX A6000 datasheet: 48 GB, 309.7 TFLOP/s with sparsity (verify)"),
+    "V100": GpuSpec("V100", 32 * GIB, 125e12, 2, 3,
+                    "NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor; no bf16 (used as its 16-bit rate)"),
+    "GB200": GpuSpec("GB200", 186 * GB, 2500e12, 5, 6,
+                     "NVIDIA GB200 NVL72 product text: 186 GB per GPU, 5 PFLOP/s bf16 sparse (verify)"),
+}
+
+# Per NVLink link, GB/s per direction, by generation.
+NVLINK_GBPS_PER_LINK: dict[int, float] = {
+    2: 25.0,  # V100: 6 links x 25 GB/s = 150 GB/s per direction (NVIDIA V100 whitepaper)
+    3: 25.0,  # A100: 12 links x 25 = 300 GB/s (facts.md, NVLink 3)
+    4: 26.5625,  # H100/H200: 18 x 26.5625 = 478 GB/s (facts.md: `nvidia-smi nvlink -s` on an H200)
+    5: 50.0,  # B200/GB200: 18 x 50 = 900 GB/s per direction (NVIDIA NVLink 5 product text, verify)
+}
+
+# PCIe x16, GB/s per direction: 16 lanes x GT/s x 128/130 / 8 (facts.md, PCIe spec arithmetic).
+PCIE_X16_GBPS: dict[int, float] = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
+
+# Network, GB/s per NIC per direction, measured busbw where facts.md has it.
+NIC_GBPS: dict[str, float] = {
+    "ib-ndr": 48.0,  # 400G NDR: 46-49 GB/s measured per NIC (facts.md, nccl-tests issue 290)
+    "ib-hdr": 24.0,  # 200G HDR: ~24 GB/s (facts.md, nccl-tests issue 267)
+    "roce-400": 48.0,  # 400G line rate = 50 GB/s; taken as NDR's measured figure (verify)
+    "roce-200": 24.0,  # 200G, as HDR (verify)
+    "eth-100": 12.0,  # 100G: ~12 GB/s (facts.md, nccl-tests issue 119)
+}
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """The spec whose key appears in `name` ("NVIDIA H100 80GB HBM3" -> H100), longest key first."""
+    upper = name.upper()
+    for key in sorted(GPUS, key=len, reverse=True):
+        if key.upper() in upper:
+            return GPUS[key]
+    # An unknown part: no peak to predict with; callers show the name and ask for --profile.
+    return GpuSpec(name, 0, 0.0, 0, 4, "unknown GPU: no datasheet row")
+
+
+def nvlink_gbps(gen: int, links: int) -> float:
+    return NVLINK_GBPS_PER_LINK.get(gen, NVLINK_GBPS_PER_LINK[4]) * links
+
+
+def pcie_gbps(gen: int) -> float:
+    return PCIE_X16_GBPS.get(gen, PCIE_X16_GBPS[4])

@@ -1,0 +1,314 @@
+"""The topology of one node: GPUs, the link between every pair, NICs; islands and bottlenecks.
+
+Every source (NVML, `nvidia-smi topo -m` text, our JSON, presets) builds the same frozen `Topology`.
+Bandwidths are line rates in GB/s per direction; what NCCL achieves on them is the cost model's
+business (costmodel/profile.py), not the topology's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable
+
+from topowise import hardware
+from topowise.errors import UsageError
+
+FORMAT = "topowise.topology"
+VERSION = 1
+
+# PCIe path classes from `nvidia-smi topo -m`, nearest first.
+PCIE_KINDS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+NVLINK = "NV"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Link:
+    """The path between GPUs a < b. kind is "NV" (NVLink, `nvlinks` bonded links) or a PCIe class."""
+
+    a: int
+    b: int
+    kind: str
+    gbps: float
+    nvlinks: int = 0
+    p2p_supported: bool = True
+
+    @property
+    def is_nvlink(self) -> bool:
+        return self.kind == NVLINK
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    kind: str = ""  # ib-ndr, roce-200, eth-100, ... ("" when unknown)
+    gbps: float = 0.0
+    nearest_gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    gpus: tuple[Gpu, ...]
+    links: tuple[Link, ...]
+    nics: tuple[Nic, ...] = ()
+    nvswitch: bool = False
+    pcie_gen: int = 4
+    source: str = ""
+    _index: dict = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        index = {(min(l.a, l.b), max(l.a, l.b)): l for l in self.links}
+        object.__setattr__(self, "_index", index)
+
+    # --- pairs ---------------------------------------------------------------------------------
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        return tuple(g.index for g in self.gpus)
+
+    def link(self, a: int, b: int) -> Link:
+        try:
+            return self._index[(min(a, b), max(a, b))]
+        except KeyError:
+            raise UsageError(f"topology {self.name!r} has no link between GPU {a} and GPU {b}") from None
+
+    def gpu(self, index: int) -> Gpu:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        raise UsageError(f"GPU {index} is not in topology {self.name!r} (GPUs {_ranges(self.indices)})")
+
+    @property
+    def gpu_spec(self) -> hardware.GpuSpec:
+        return hardware.gpu_spec(self.gpus[0].name) if self.gpus else hardware.gpu_spec("")
+
+    @property
+    def pcie_gbps(self) -> float:
+        return hardware.pcie_gbps(self.pcie_gen)
+
+    # --- islands -------------------------------------------------------------------------------
+    def islands(self) -> tuple[tuple[int, ...], ...]:
+        """Connected components of the NVLink graph; a GPU with no NVLink is an island of its own."""
+        parent = {i: i for i in self.indices}
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for l in self.links:
+            if l.is_nvlink:
+                parent[root(l.a)] = root(l.b)
+        groups: dict[int, list[int]] = {}
+        for i in self.indices:
+            groups.setdefault(root(i), []).append(i)
+        return tuple(sorted((tuple(sorted(g)) for g in groups.values()), key=lambda g: g[0]))
+
+    def island_of(self, gpu: int) -> tuple[int, ...]:
+        return next(isl for isl in self.islands() if gpu in isl)
+
+    @property
+    def full_nvlink_mesh(self) -> bool:
+        """Every pair joined directly by NVLink (an NVSwitch board, or a fully bridged small box)."""
+        return self.num_gpus > 1 and all(l.is_nvlink for l in self.links)
+
+    # --- selections ----------------------------------------------------------------------------
+    def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+        chosen = set(gpus)
+        return tuple(isl for isl in self.islands() if chosen & set(isl))
+
+    def bottleneck_gbps(self, gpus: Iterable[int]) -> float:
+        """GB/s per direction that each GPU can push into a collective over `gpus` (line rate).
+
+        - all pairs on NVLink through an NVSwitch: the per-pair rate (each pair's NV# is the GPU's
+          whole switch port, not a private link);
+        - all pairs on direct NVLink bridges (no switch): NCCL runs a ring per bridge, so a GPU's
+          rate is the sum of its bridges to the other members; the slowest GPU sets the pace;
+        - otherwise the slowest link of the best ring order: a ring over two NVLink islands must
+          leave each island through PCIe, so it runs at PCIe speed however fast the islands are.
+        Exact for up to 12 GPUs (bitmask search for a Hamiltonian cycle over fast-enough links).
+        """
+        members = sorted(set(gpus))
+        if len(members) < 2:
+            return float("inf")
+        pairs = [self.link(a, b) for a, b in itertools.combinations(members, 2)]
+        if all(l.is_nvlink for l in pairs):
+            if self.nvswitch:
+                return min(l.gbps for l in pairs)
+            return min(sum(self.link(m, o).gbps for o in members if o != m) for m in members)
+        rates = sorted({l.gbps for l in pairs}, reverse=True)
+        if len(members) > 12:
+            return rates[-1]
+        for rate in rates:
+            if _has_ring(members, lambda a, b: self.link(a, b).gbps >= rate):
+                return rate
+        return rates[-1]
+
+    def best_subset(self, k: int) -> tuple[int, ...]:
+        """The k GPUs whose ring is fastest: fewest islands spanned, then bottleneck, then NUMA, then index."""
+        if not 1 <= k <= self.num_gpus:
+            raise UsageError(f"cannot choose {k} GPUs from topology {self.name!r}, which has {self.num_gpus}")
+        return min(self.candidate_subsets(k), key=self._subset_rank)
+
+    def candidate_subsets(self, k: int) -> list[tuple[int, ...]]:
+        """Island-aware k-subsets: all of them on small nodes, unions of whole islands on big ones."""
+        if self.num_gpus <= 10:
+            return [tuple(c) for c in itertools.combinations(self.indices, k)]
+        out: list[tuple[int, ...]] = []
+        islands = sorted(self.islands(), key=len, reverse=True)
+        for start in range(len(islands)):
+            chosen: list[int] = []
+            for isl in islands[start:] + islands[:start]:
+                chosen.extend(isl[: k - len(chosen)])
+                if len(chosen) == k:
+                    out.append(tuple(sorted(chosen)))
+                    break
+        return out or [self.indices[:k]]
+
+    def _subset_rank(self, subset: tuple[int, ...]) -> tuple:
+        numas = {self.gpu(i).numa_node for i in subset}
+        return (len(self.islands_spanned(subset)), -self.bottleneck_gbps(subset), len(numas), subset)
+
+    def selection(self, gpus: Iterable[int]) -> dict:
+        chosen = tuple(gpus)
+        bottleneck = self.bottleneck_gbps(chosen)
+        return {
+            "gpus": list(chosen),
+            "islands_spanned": [list(i) for i in self.islands_spanned(chosen)],
+            "bottleneck_gbps": None if bottleneck == float("inf") else bottleneck,
+        }
+
+    # --- what-ifs ------------------------------------------------------------------------------
+    def restricted_to(self, gpus: Iterable[int]) -> "Topology":
+        keep = set(gpus)
+        return replace(
+            self,
+            gpus=tuple(g for g in self.gpus if g.index in keep),
+            links=tuple(l for l in self.links if l.a in keep and l.b in keep),
+        )
+
+    def without_nvlink(self) -> "Topology":
+        """The same node with NVLink taken away (what NCCL_P2P_DISABLE=1 leaves): host path at PCIe rate."""
+        links = tuple(
+            replace(l, kind="SYS" if l.is_nvlink else l.kind, nvlinks=0, gbps=min(l.gbps, self.pcie_gbps))
+            if l.is_nvlink else l
+            for l in self.links
+        )
+        return replace(self, name=f"{self.name} (pcie)", links=links, nvswitch=False)
+
+    # --- JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "source": self.source,
+            "nvswitch": self.nvswitch,
+            "pcie_gen": self.pcie_gen,
+            "gpus": [asdict(g) for g in self.gpus],
+            "islands": [list(i) for i in self.islands()],
+            "pairs": [asdict(l) for l in self.links],
+            "nics": [dict(asdict(n), nearest_gpus=list(n.nearest_gpus)) for n in self.nics],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "JSON") -> "Topology":
+        if data.get("format") != FORMAT:
+            raise UsageError(f"{where} is not a topowise topology (no \"format\": \"{FORMAT}\")")
+        if data.get("version") != VERSION:
+            raise UsageError(f"{where} is topology format version {data.get('version')}; this topowise reads {VERSION}")
+        try:
+            return cls(
+                name=data["name"],
+                gpus=tuple(Gpu(**g) for g in data["gpus"]),
+                links=tuple(Link(**p) for p in data["pairs"]),
+                nics=tuple(Nic(**dict(n, nearest_gpus=tuple(n.get("nearest_gpus", ())))) for n in data.get("nics", [])),
+                nvswitch=bool(data.get("nvswitch", False)),
+                pcie_gen=int(data.get("pcie_gen", 4)),
+                source=data.get("source", where),
+            )
+        except (KeyError, TypeError) as exc:
+            raise UsageError(f"{where}: topology JSON is missing or has a bad field ({exc})") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def build(name: str, gpu_name: str, kinds: dict[tuple[int, int], str], *, nvlink_counts=None, nics=(),
+          nvswitch=False, numa=None, source="", memory_bytes=None) -> Topology:
+    """A topology from a pair -> kind map ("NV" or a PCIe class); rates come from hardware.py."""
+    spec = hardware.gpu_spec(gpu_name)
+    n = 1 + max(max(p) for p in kinds) if kinds else 1
+    nvlink_counts = nvlink_counts or {}
+    links = []
+    for a, b in itertools.combinations(range(n), 2):
+        kind = kinds.get((a, b)) or kinds.get((b, a)) or "SYS"
+        count = nvlink_counts.get((a, b), nvlink_counts.get((b, a), 0)) if kind == NVLINK else 0
+        gbps = hardware.nvlink_gbps(spec.nvlink_gen, count) if kind == NVLINK else hardware.pcie_gbps(spec.pcie_gen)
+        links.append(Link(a, b, kind, gbps, count))
+    gpus = tuple(
+        Gpu(i, gpu_name, numa_node=(numa[i] if numa else None), memory_bytes=memory_bytes or spec.memory_bytes)
+        for i in range(n)
+    )
+    return Topology(name, gpus, tuple(links), tuple(nics), nvswitch, spec.pcie_gen, source)
+
+
+def _has_ring(members: list[int], ok) -> bool:
+    """Is there a Hamiltonian cycle over `members` using only pairs where ok(a, b)? (Held-Karp on bitmasks.)"""
+    n = len(members)
+    adj = [[ok(members[i], members[j]) if i != j else False for j in range(n)] for i in range(n)]
+    reach = [0] * (1 << n)  # reach[mask] = bitmask of end nodes of paths from node 0 covering mask
+    reach[1] = 1
+    for mask in range(1, 1 << n):
+        if not mask & 1 or not reach[mask]:
+            continue
+        ends = reach[mask]
+        for j in range(n):
+            if ends >> j & 1:
+                for k in range(n):
+                    if not mask >> k & 1 and adj[j][k]:
+                        reach[mask | 1 << k] |= 1 << k
+    full = (1 << n) - 1
+    return any(reach[full] >> j & 1 and adj[j][0] for j in range(1, n))
+
+
+def _ranges(indices: Iterable[int]) -> str:
+    return ",".join(str(i) for i in indices)
+
+
+def parse_gpu_list(text: str, topo: Topology) -> tuple[int, ...]:
+    """`--gpus 0,1,4-7` -> (0, 1, 4, 5, 6, 7), checked against the topology."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(f"--gpus {text!r}: {part!r} is not a GPU index or range (write e.g. 0,1 or 0-3)") from None
+    if len(set(out)) != len(out):
+        raise UsageError(f"--gpus {text!r} names a GPU twice")
+    bad = [i for i in out if i not in topo.indices]
+    if bad:
+        raise UsageError(f"--gpus {text!r}: GPU {bad[0]} is out of range; {topo.name!r} has GPUs {_ranges(topo.indices)}")
+    return tuple(out)

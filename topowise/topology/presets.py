@@ -1,0 +1,97 @@
+"""Named machines as data. Every figure has a source (hardware.py for rates, the cited page for shape)."""
+
+from __future__ import annotations
+
+import itertools
+
+from topowise.errors import UsageError
+from topowise.topology.model import NVLINK, Nic, Topology, build
+
+
+def _all_pairs(gpus, kind):
+    return {p: kind for p in itertools.combinations(gpus, 2)}
+
+
+def _two_sockets(n: int) -> dict[int, int]:
+    return {i: 0 if i < n // 2 else 1 for i in range(n)}
+
+
+def _pcie_by_socket(n: int) -> dict[tuple[int, int], str]:
+    """NODE inside a CPU socket, SYS across sockets (as `nvidia-smi topo -m` shows dual-socket hosts)."""
+    numa = _two_sockets(n)
+    return {(a, b): "NODE" if numa[a] == numa[b] else "SYS" for a, b in itertools.combinations(range(n), 2)}
+
+
+def _nvswitch_node(name, gpu, nvlinks, source, nics=()):
+    kinds = _all_pairs(range(8), NVLINK)
+    counts = {p: nvlinks for p in kinds}
+    return build(name, gpu, kinds, nvlink_counts=counts, nvswitch=True, numa=_two_sockets(8), source=source, nics=nics)
+
+
+def _bridged_node(name, gpu, groups, links_per_pair, source):
+    kinds = _pcie_by_socket(8)
+    counts = {}
+    for group in groups:
+        for p in itertools.combinations(group, 2):
+            kinds[p] = NVLINK
+            counts[p] = links_per_pair
+    return build(name, gpu, kinds, nvlink_counts=counts, numa=_two_sockets(8), source=source)
+
+
+def _ib_rails(kind: str, count: int, gbps: float) -> tuple[Nic, ...]:
+    return tuple(Nic(f"mlx5_{i}", kind, gbps, (i,)) for i in range(count))
+
+
+PRESETS = {
+    "hgx-h100-8": (
+        "8x H100 SXM on an NVSwitch board, NV18 all-to-all (478 GB/s per direction per GPU)",
+        lambda: _nvswitch_node("hgx-h100-8", "NVIDIA H100 80GB HBM3", 18,
+                               "shape: ../shared/topo 01 (NV18 all-to-all); rates: hardware.py"),
+    ),
+    "hgx-h200-8": (
+        "8x H200 SXM on an NVSwitch board, NV18 all-to-all (478 GB/s per direction per GPU)",
+        lambda: _nvswitch_node("hgx-h200-8", "NVIDIA H200", 18,
+                               "shape: NVIDIA HGX H200 (same board as HGX H100); rates: hardware.py"),
+    ),
+    "h100-nvl-8": (
+        "8x H100 NVL, four NV12-bridged pairs, PCIe Gen5 between pairs (NODE in a socket, SYS across)",
+        lambda: _bridged_node("h100-nvl-8", "NVIDIA H100 NVL", [(0, 1), (2, 3), (4, 5), (6, 7)], 12,
+                              "facts.md: H100 NVL bridge 2 cards, NV12; bluenotebook.io: 4 of 28 pairs bridged"),
+    ),
+    "h200-nvl-8": (
+        "8x H200 NVL, two 4-GPU bridge domains (NV6 per pair, 478 GB/s per GPU), PCIe Gen5 between",
+        lambda: _bridged_node("h200-nvl-8", "NVIDIA H200 NVL", [(0, 1, 2, 3), (4, 5, 6, 7)], 6,
+                              "facts.md: H200 NVL 4-way bridge, 900 GB/s bidirectional per GPU = 18 links "
+                              "shared by 3 peers (verify)"),
+    ),
+    "dgx-a100-8": (
+        "8x A100 SXM on NVSwitch, NV12 all-to-all (300 GB/s per direction), 8x HDR 200G",
+        lambda: _nvswitch_node("dgx-a100-8", "NVIDIA A100-SXM4-80GB", 12,
+                               "shape: ../shared/topo 02 (DGX A100, NV12); NICs: facts.md HDR ~24 GB/s",
+                               nics=_ib_rails("ib-hdr", 8, 24.0)),
+    ),
+    "pcie-l40s-8": (
+        "8x L40S, PCIe Gen4 only, no NVLink (NODE in a socket, SYS across)",
+        lambda: build("pcie-l40s-8", "NVIDIA L40S", _pcie_by_socket(8), numa=_two_sockets(8),
+                      source="shape: ../shared/topo 13 (L40S, PCIe only); rates: hardware.py"),
+    ),
+    "h200-x2": (
+        "2x H200 SXM, NV18 (a slice of an NVSwitch board): the machine topowise measures on",
+        lambda: build("h200-x2", "NVIDIA H200", {(0, 1): NVLINK}, nvlink_counts={(0, 1): 18}, nvswitch=True,
+                      numa={0: 0, 1: 0}, source="../shared/topo 17 (nvidia-smi topo -m, 2026-11-30)"),
+    ),
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def describe(name: str) -> str:
+    return PRESETS[name][0]
+
+
+def load_preset(name: str) -> Topology:
+    if name not in PRESETS:
+        raise UsageError(f"unknown topology preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    return PRESETS[name][1]()
