@@ -81,3 +81,27 @@ def nvlink_gbps(gen: int, links: int) -> float:
 
 def pcie_gbps(gen: int) -> float:
     return PCIE_X16_GBPS.get(gen, PCIE_X16_GBPS[4])
+
+
+# HBM (or GDDR) bandwidth, bytes/s, datasheet; the cost model's memory-bound terms (optimizer step).
+HBM_BYTES_PER_S: dict[str, float] = {
+    "H200": 4.8e12,  # NVIDIA H200 datasheet: 4.8 TB/s
+    "H200 NVL": 4.8e12,  # NVIDIA H200 NVL product text: 4.8 TB/s (verify)
+    "H100": 3.35e12,  # NVIDIA H100 SXM datasheet: 3.35 TB/s
+    "H100 NVL": 3.9e12,  # NVIDIA H100 NVL product text: 3.9 TB/s (verify)
+    "A100": 2.0e12,  # NVIDIA A100 80GB SXM datasheet: 2,039 GB/s
+    "L40S": 0.864e12,  # NVIDIA L40S datasheet: 864 GB/s
+    "RTX 4090": 1.008e12,  # NVIDIA Ada whitepaper: 1,008 GB/s (verify)
+    "RTX A6000": 0.768e12,  # NVIDIA RTX A6000 datasheet: 768 GB/s
+    "V100": 0.9e12,  # NVIDIA V100 SXM2 datasheet: 900 GB/s
+    "GB200": 8.0e12,  # NVIDIA GB200 NVL72 product text: 8 TB/s per GPU (verify)
+}
+
+
+def hbm_bytes_per_s(name: str) -> float:
+    """Memory bandwidth of the part named (same matching as `gpu_spec`); 1 TB/s for an unknown part."""
+    upper = name.upper()
+    for key in sorted(HBM_BYTES_PER_S, key=len, reverse=True):
+        if key.upper() in upper:
+            return HBM_BYTES_PER_S[key]
+    return 1.0e12  # unknown part: a round figure, to be replaced by calibration

@@ -1,0 +1,296 @@
+"""Collectives across nodes: NCCL's ring and tree on its own latency/bandwidth model, and network traffic.
+
+A group of n GPUs on N nodes, k on each (n = N k). Two tiers carry every collective: the node's
+own links (NVLink or PCIe) and the network (each GPU's share of its node's NICs). NCCL streams
+chunks through both tiers at once, so a collective runs at the slower tier's bus bandwidth:
+
+    bus_gbps = min(intra: the node ring over its k GPUs x achieved fraction (profile),
+                   network: k x per-GPU NIC share x NET efficiency (profile, default 1: the NIC
+                   rates in hardware.NIC_GBPS are already measured busbw))
+
+(facts.md: DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 NICs x 24 GB/s.)
+
+Time follows NCCL's tuner, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in src/graph/tuning.cc
+(NCCL 2.20.3; quoted as "tuning.cc" below), in microseconds and GB/s:
+
+    time = latency + bytes / algbw
+    ring:  latency = base + (nsteps - ninter) x intra_lat + ninter x net_lat
+           all_reduce nsteps = 2(n-1), ninter = 2N;  all_gather, reduce_scatter: n-1 and N-1
+           algbw = bus x n / nsteps                          (linear latency, full bandwidth)
+    tree (all_reduce only; a chain inside each node, a double binary tree across nodes):
+           latency = base + 2 ((n/N - 1) x intra_lat + log2(N) x net_lat)
+           algbw = 0.5 x 0.92 x bus x correction(size)       (logarithmic latency)
+
+Both algorithms move about the same bytes (a double binary tree keeps full bandwidth: Jeaugey,
+"Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA blog, 2019), so tree's
+algorithm bandwidth is 0.92 x 0.5 / (n / 2(n-1)) ~ 0.92 of ring's on many ranks, less at medium
+sizes (NCCL's own correction factors). What differs is latency: ring's grows with 2(n-1) steps,
+tree's with 2 log2 N network hops. Tree therefore wins small messages on many nodes and ring wins
+large ones; `crossover_bytes` finds the size where they meet. Each algorithm takes the faster of
+two protocols, LL (8-byte flags: low latency, a quarter of the bandwidth, capped) and Simple
+(LL128, in between, is left out). Left out too: NVLS/SHARP and CollNet (in-network reduction),
+NCCL's per-channel caps, the chunk-size pipeline start-up.
+
+Groups inside one node defer to costmodel/comm.py (calibrated on this project's measurements).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from topowise.costmodel.profile import Profile, default_profile
+from topowise.errors import UsageError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+ALGORITHMS = ("ring", "tree")
+PROTOCOLS = ("LL", "Simple")
+
+TUNING = "NCCL 2.20.3 src/graph/tuning.cc"
+
+# Latencies in microseconds (tuning.cc baseLat and hwLat; LL128 columns left out).
+BASE_LAT_US = {("tree", "LL"): 6.8, ("tree", "Simple"): 0.0, ("ring", "LL"): 6.6, ("ring", "Simple"): 8.4}
+HW_LAT_US = {
+    "NVLink": {("tree", "LL"): 0.6, ("tree", "Simple"): 28.0, ("ring", "LL"): 0.6, ("ring", "Simple"): 3.4},
+    "PCI": {("tree", "LL"): 1.0, ("tree", "Simple"): 28.0, ("ring", "LL"): 1.0, ("ring", "Simple"): 5.7},
+    "NET": {("tree", "LL"): 5.0, ("tree", "Simple"): 28.0, ("ring", "LL"): 2.7, ("ring", "Simple"): 14.0},
+}
+NET_OVERHEAD_US = 1.0  # tuning.cc getNetOverhead: 1 us per network post on x86 Intel (2 on AMD); x3 for Simple
+TREE_BW_FACTOR = 0.92  # tuning.cc: tree busBw *= .92
+LL_BW_FACTOR = {"ring": 1 / 4.0, "tree": 1 / 3.8}  # tuning.cc: LL moves 8-byte lines with 4-byte flags
+LL_MAX_GBPS = {2: 39.0, 3: 20.4}  # tuning.cc llMaxBws, x86 Intel row: 2 nodes, more than 2 nodes
+RING_PLATEAU = 1.4  # tuning.cc: multi-node Simple ring all-reduce latency x1.4 (compute capability >= 8.0)
+# tuning.cc treeCorrectionFactor, index log2(bytes / 64), 64 B .. 256 MiB ("trees are not perfectly
+# sticking to the model for medium sizes").
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
+
+@dataclass(frozen=True)
+class Group:
+    """How a set of GPUs sits on a cluster: n ranks on N nodes, k per node (the fewest on any node)."""
+
+    ranks: int
+    nodes: int
+    per_node: int
+    intra_gbps: float  # line rate of the node ring over its k GPUs (inf when k == 1)
+    intra_hw: str  # "NVLink" or "PCI" (tuning.cc's intra-node classes)
+    net_gbps: float  # k x per-GPU network share, line (measured NIC) rate
+
+
+def describe_group(gpus, topo) -> Group:
+    members = tuple(gpus)
+    if not hasattr(topo, "per_node"):
+        inner = topo.bottleneck_gbps(members)
+        nv = all(topo.link(a, b).is_nvlink for i, a in enumerate(members) for b in members[i + 1:])
+        return Group(len(members), 1, len(members), inner, "NVLink" if nv else "PCI", float("inf"))
+    per = topo.per_node(members)
+    k = min(len(v) for v in per.values())
+    worst = min(per.values(), key=lambda local: topo.node.bottleneck_gbps(local) if len(local) > 1 else math.inf)
+    inner = topo.node.bottleneck_gbps(worst) if len(worst) > 1 else math.inf
+    nv = all(topo.node.link(a, b).is_nvlink for i, a in enumerate(worst) for b in worst[i + 1:])
+    net = topo.network_gbps(members) if len(per) > 1 else math.inf
+    return Group(len(members), len(per), k, inner, "NVLink" if nv else "PCI", net)
+
+
+def bus_gbps(op: str, group: Group, profile: Profile) -> tuple[float, str]:
+    """Achieved bus bandwidth of a collective over the group and the tier that sets it ("intra"/"network")."""
+    intra_class = "NV" if group.intra_hw == "NVLink" else "PCIe"
+    intra = group.intra_gbps * profile.comm(intra_class, op)[0] if group.per_node > 1 else math.inf
+    net = group.net_gbps * profile.comm_efficiency.get(f"NET/{op}", 1.0)
+    return (intra, "intra") if intra < net else (net, "network")
+
+
+def algorithm_time_s(op: str, nbytes: float, group: Group, algorithm: str, protocol: str, bus: float) -> float | None:
+    """NCCL's predicted time for one algorithm and protocol, seconds; None where NCCL has no such path."""
+    n, N = group.ranks, group.nodes
+    if n < 2:
+        return 0.0
+    if algorithm == "tree" and op != "all_reduce":
+        return None  # tuning.cc: tree serves all-reduce only
+    key = (algorithm, protocol)
+    intra_lat = HW_LAT_US[group.intra_hw][key]
+    net_lat = HW_LAT_US["NET"][key]
+    lat = BASE_LAT_US[key]
+    if algorithm == "ring":
+        nsteps, ninter = {"all_reduce": (2 * (n - 1), 2 * N if N > 1 else 0),
+                          "all_gather": (n - 1, N - 1), "reduce_scatter": (n - 1, N - 1),
+                          "broadcast": (n, N)}[op]
+        ninter = min(ninter, nsteps)  # tuning.cc's 2N exceeds 2(n-1) at one GPU per node; clamp
+        if N > 1:
+            intra_lat = max(intra_lat, NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
+        lat += (nsteps - ninter) * intra_lat + ninter * net_lat
+        algbw = bus * n / nsteps
+        if protocol == "LL":
+            algbw = min(LL_MAX_GBPS[min(N, 3)] if N > 1 else math.inf, bus * LL_BW_FACTOR["ring"]) * n / nsteps
+        if protocol == "Simple" and N > 1 and op == "all_reduce":
+            lat *= RING_PLATEAU
+    else:
+        lat += 2 * ((n // N - 1) * intra_lat + int(math.log2(N)) * net_lat)
+        tree_bus = bus * TREE_BW_FACTOR
+        if protocol == "LL":
+            tree_bus = min(tree_bus * LL_BW_FACTOR["tree"], LL_MAX_GBPS[min(N, 3)] if N > 1 else math.inf)
+        log_size = int(math.log2(max(1, int(nbytes) >> 6)))
+        correction = TREE_CORRECTION[protocol][log_size] if log_size < len(TREE_CORRECTION[protocol]) else 1.0
+        algbw = 0.5 * tree_bus * correction
+    return lat * 1e-6 + nbytes / (algbw * 1e9)
+
+
+def _best(op, nbytes, group, algorithm, bus) -> tuple[float, str] | None:
+    options = []
+    for protocol in PROTOCOLS:
+        t = algorithm_time_s(op, nbytes, group, algorithm, protocol, bus)
+        if t is not None:
+            options.append((t, protocol))
+    return min(options) if options else None
+
+
+def network_bytes_per_gpu(op: str, nbytes: float, group: Group) -> float:
+    """Bytes each GPU's share of the NICs sends for one collective (ring accounting; 0 inside a node).
+
+    A ring channel crosses each node boundary once, so a node sends what one rank of the ring sends
+    (2(n-1)/n S for all-reduce, (n-1)/n S for all-gather and reduce-scatter with S the full size,
+    S for broadcast), split over its k GPUs' NIC shares.
+    """
+    if group.nodes < 2:
+        return 0.0
+    n = group.ranks
+    per_rank = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+                "broadcast": 1.0}[op] * nbytes
+    return per_rank / group.per_node
+
+
+def collective_time_s(op: str, nbytes: float, gpus, topo, profile: Profile | None = None, *,
+                      algorithm: str = "auto") -> tuple[float, dict]:
+    """Time of one collective of `nbytes` over `gpus` on a Topology or a Cluster, and how it was found.
+
+    `nbytes` follows nccl-tests: the full (gathered) size for all_gather and reduce_scatter.
+    `algorithm` is "auto" (the faster, as NCCL's tuner picks), "ring" or "tree" (as NCCL_ALGO forces;
+    tree exists for all-reduce only, other ops fall back to ring as NCCL does).
+    detail: op, bytes, ranks, nodes, per_node, algorithm, protocol, bus_gbps, bound ("intra"/"network"),
+    link ("NET" across nodes), times_s{ring, tree}, network_bytes_per_gpu, source.
+    """
+    if op not in OPS:
+        raise UsageError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    if algorithm not in ("auto",) + ALGORITHMS:
+        raise UsageError(f"unknown NCCL algorithm {algorithm!r}; use ring, tree or auto")
+    profile = profile or default_profile()
+    members = tuple(gpus)
+    if not hasattr(topo, "per_node") or len(topo.nodes_spanned(members)) < 2:
+        return _single_node(op, nbytes, members, topo, profile)
+    group = describe_group(members, topo)
+    bus, bound = bus_gbps(op, group, profile)
+    times = {a: _best(op, nbytes, group, a, bus) for a in ALGORITHMS}
+    usable = {a: v for a, v in times.items() if v is not None}
+    chosen = min(usable, key=lambda a: usable[a][0]) if algorithm == "auto" else (
+        algorithm if algorithm in usable else "ring")
+    time_s, protocol = usable[chosen]
+    return time_s, {
+        "op": op, "bytes": nbytes, "ranks": group.ranks, "nodes": group.nodes, "per_node": group.per_node,
+        "algorithm": chosen, "protocol": protocol, "bus_gbps": bus, "bound": bound, "link": "NET",
+        "times_s": {a: (v[0] if v else None) for a, v in times.items()},
+        "network_bytes_per_gpu": network_bytes_per_gpu(op, nbytes, group),
+        "source": f"{TUNING} latency/bandwidth model; bus bandwidth min(node ring, k x NIC share)",
+    }
+
+
+def _single_node(op, nbytes, members, topo, profile) -> tuple[float, dict]:
+    """Inside one node: costmodel/comm.py's alpha-beta model (calibrated on this project's measurements)."""
+    from topowise.costmodel import comm  # comm may call back into this module for groups across nodes
+
+    n = len(members)
+    line, link = comm.group_link(topo, members)
+    time_s = comm.collective_time(op, nbytes, n, line, link, profile)
+    bus = 0.0 if n < 2 else line * profile.comm(link, op)[0]
+    return time_s, {"op": op, "bytes": nbytes, "ranks": n, "nodes": 1, "per_node": n,
+                    "algorithm": "ring" if n > 1 else "none", "protocol": "", "bus_gbps": bus, "bound": "intra",
+                    "link": link, "times_s": {"ring": time_s, "tree": None}, "network_bytes_per_gpu": 0.0,
+                    "source": "costmodel/comm.py alpha-beta over the group's ring bottleneck (profile)"}
+
+
+def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all_reduce",
+                    lo: float = 1.0, hi: float = 2.0**36) -> float | None:
+    """Smallest all-reduce size at which ring is at least as fast as tree (None if tree never loses in range)."""
+    profile = profile or default_profile()
+    bus, _ = bus_gbps(op, group, profile)
+
+    def ring_wins(size: float) -> bool:
+        return _best(op, size, group, "ring", bus)[0] <= _best(op, size, group, "tree", bus)[0]
+
+    if ring_wins(lo):
+        return lo
+    if not ring_wins(hi):
+        return None
+    size = lo
+    while size < hi and not ring_wins(size):  # doubling search, then bisect within the last octave
+        size *= 2
+    a, b = size / 2, size
+    for _ in range(40):
+        mid = (a + b) / 2
+        a, b = (a, mid) if ring_wins(mid) else (mid, b)
+    return b
+
+
+# --- network traffic of each strategy --------------------------------------------------------------
+
+def step_collectives(strategy: str, params: int, shard_group: int | None = None,
+                     engine: str = "torch") -> list[tuple[str, float, str]]:
+    """(op, full bytes, group) per training step, as PyTorch holds training state (see costmodel/step.py).
+
+    group: "all" (every GPU), "shard" (the HSDP or hpZ group inside a node), "replica" (one GPU per
+    shard-group, across nodes). ddp: fp32 gradient all-reduce (4 P bytes); zero1: the same plus the
+    broadcast of each rank's updated fp32 parameter partition (an all-gather of 4 P); zero2: fp32
+    reduce-scatter and one bf16 all-gather (parameters kept after forward); zero3: the same with a
+    second all-gather in backward; hsdp: zero3's collectives inside the shard group, then an fp32
+    all-reduce of each shard (4 P / shard) across replicas. engine="deepspeed" with strategy "hpz"
+    is ZeRO++'s hierarchical partitioning (Wang et al. 2023, arXiv 2306.10209): zero3 whose backward
+    all-gather reads a secondary bf16 copy kept inside the node.
+    """
+    p = float(params)
+    if strategy == "ddp":
+        return [("all_reduce", 4 * p, "all")]
+    if strategy == "zero1":
+        return [("all_reduce", 4 * p, "all"), ("all_gather", 4 * p, "all")]
+    if strategy == "zero2":
+        return [("reduce_scatter", 4 * p, "all"), ("all_gather", 2 * p, "all")]
+    if strategy == "zero3":
+        return [("reduce_scatter", 4 * p, "all"), ("all_gather", 2 * p, "all"), ("all_gather", 2 * p, "all")]
+    if strategy == "hsdp":
+        if not shard_group:
+            raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
+        return [("reduce_scatter", 4 * p, "shard"), ("all_gather", 2 * p, "shard"), ("all_gather", 2 * p, "shard"),
+                ("all_reduce", 4 * p / shard_group, "replica")]
+    if strategy == "hpz":
+        if engine != "deepspeed":
+            raise UsageError("hpZ is DeepSpeed ZeRO++ (zero_hpz_partition_size); PyTorch FSDP has no such mode")
+        return [("reduce_scatter", 4 * p, "all"), ("all_gather", 2 * p, "all"), ("all_gather", 2 * p, "shard")]
+    raise UsageError(f"unknown strategy {strategy!r}; valid: ddp, zero1, zero2, zero3 (fsdp), hsdp, hpz (DeepSpeed)")
+
+
+def strategy_groups(gpus, topo, shard_group: int) -> dict[str, tuple[int, ...]]:
+    """The first group of each kind: all GPUs, the first shard group, the first replica group."""
+    members = tuple(gpus)
+    return {"all": members, "shard": members[:shard_group], "replica": members[::shard_group]}
+
+
+def network_traffic(strategy: str, params: int, gpus, topo, *, shard_group: int | None = None,
+                    engine: str = "torch") -> dict:
+    """Bytes each GPU sends over the network per step for a strategy on `gpus` (0 inside one node).
+
+    Returns {strategy, bytes_per_gpu, bytes_per_node, collectives[{op, bytes, group, network_bytes_per_gpu}]}.
+    """
+    members = tuple(gpus)
+    if strategy in ("hsdp", "hpz") and not shard_group:
+        shard_group = topo.gpus_per_node if hasattr(topo, "gpus_per_node") else len(members)
+        shard_group = min(shard_group, len(members))
+    groups = strategy_groups(members, topo, shard_group or len(members))
+    rows = []
+    for op, nbytes, which in step_collectives(strategy, params, shard_group, engine):
+        group = describe_group(groups[which], topo)
+        per_gpu = network_bytes_per_gpu(op, nbytes, group)
+        rows.append({"op": op, "bytes": nbytes, "group": which, "network_bytes_per_gpu": per_gpu})
+    per_gpu = sum(r["network_bytes_per_gpu"] for r in rows)
+    k = describe_group(members, topo).per_node
+    return {"strategy": strategy, "bytes_per_gpu": per_gpu, "bytes_per_node": per_gpu * k, "collectives": rows}

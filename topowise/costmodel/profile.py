@@ -1,0 +1,161 @@
+"""Profile: the cost model's tunable parameters, each with a default and where it came from.
+
+`calibrate` measures a machine and writes a Profile (JSON) whose `sources` say "calibrated: ...";
+until then every value below is derived from a measurement in the project's facts (the 2x H200
+machine, NCCL 2.28, nccl-tests, 2026-11-30) or is a stated guess, and `sources` says which.
+
+Communication defaults, derived in `_comm_defaults` (arithmetic shown there):
+- achieved fraction of line rate = busbw at 1 GiB / line rate of the link
+  (NVLink 4: 478 GB/s; PCIe Gen5 x16: 63 GB/s);
+- latency (alpha) = t(1 MiB) measured - t(1 MiB) predicted by the bandwidth term alone, where
+  t = S * factor / busbw (nccl-tests: busbw = S/t * factor).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from topowise.errors import UsageError
+
+FORMAT = "topowise.profile"
+VERSION = 1
+
+LINK_CLASSES = ("NV", "PCIe")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+MIB = 1024**2
+GIB = 1024**3
+
+# nccl-tests busbw (GB/s) on 2x H200 (NV18, NCCL 2.28), from facts.md; P2P off = NCCL_P2P_DISABLE=1.
+MEASURED_BUSBW = {
+    ("NV", "all_reduce"): {MIB: 44.5, GIB: 329.0},
+    ("NV", "all_gather"): {MIB: 22.6, GIB: 267.0},
+    ("NV", "reduce_scatter"): {MIB: 22.1, GIB: 274.0},
+    ("PCIe", "all_reduce"): {MIB: 15.9, GIB: 27.7},
+    ("PCIe", "all_gather"): {MIB: 12.5, GIB: 25.0},
+}
+MEASURED_LINE_GBPS = {"NV": 478.0, "PCIe": 63.0}  # facts.md: 18 x 26.5625 NVLink 4; PCIe Gen5 x16
+MEASURED_WHERE = "facts.md: nccl-tests on 2x H200 (NV18 / NCCL_P2P_DISABLE=1), 2026-11-30"
+_BUSBW_FACTOR_AT_2 = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}
+
+
+def _comm_defaults() -> tuple[dict, dict, dict]:
+    """(efficiency, latency_s, sources) per "LINK/op", from MEASURED_BUSBW.
+
+    Ops without a row borrow one, said in the source: broadcast (a ring like all_gather's, busbw
+    factor 1) takes all_gather's figures; PCIe reduce_scatter takes PCIe all_gather's. A PCIe latency
+    is never below the NVLink one for the same op (the host path adds hops; keeps pcie >= nvlink).
+    """
+    eff, lat, src = {}, {}, {}
+    for link in LINK_CLASSES:
+        for op in OPS:
+            row_op = op
+            borrowed = ""
+            if (link, op) not in MEASURED_BUSBW:
+                row_op = "all_gather"
+                borrowed = f" (no {op} row: {link} all_gather's figures)"
+            row = MEASURED_BUSBW[(link, row_op)]
+            line = MEASURED_LINE_GBPS[link]
+            e = row[GIB] / line
+            factor = _BUSBW_FACTOR_AT_2[row_op]
+            alpha = MIB * factor / (row[MIB] * 1e9) - MIB * factor / (row[GIB] * 1e9)
+            if link != "NV":
+                alpha = max(alpha, lat[f"NV/{op}"])
+            key = f"{link}/{op}"
+            eff[key] = round(e, 4)
+            lat[key] = round(alpha, 8)
+            src[f"comm_efficiency.{key}"] = (f"{MEASURED_WHERE}: {row_op} busbw {row[GIB]:g} GB/s at 1 GiB "
+                                              f"/ {line:g} GB/s line = {e:.3f}{borrowed}")
+            src[f"latency_s.{key}"] = (f"{MEASURED_WHERE}: {row_op} 1 MiB row ({row[MIB]:g} GB/s busbw) less "
+                                        f"the bandwidth term = {alpha * 1e6:.1f} us{borrowed}")
+    return eff, lat, src
+
+
+_EFF, _LAT, _COMM_SOURCES = _comm_defaults()
+
+_SOURCES = {
+    "compute_efficiency": (
+        "stated guess, to be calibrated: a bf16 8192^3 matmul reaches 790/989 = 0.80 of the H200 peak "
+        "(facts.md); a training step also runs attention, norms, SwiGLU, the fp32 loss and launches, "
+        "so 0.50 of peak is taken for hardware FLOPs"),
+    "hbm_efficiency": "stated guess, to be calibrated: streaming kernels reach ~0.8 of datasheet HBM bandwidth",
+    "overlap.ddp": ("stated guess, to be calibrated: DDP all-reduces buckets on a side stream during "
+                    "backward; NCCL kernels take SMs from compute, so 0.8 of the hideable time hides"),
+    "overlap.zero1": "as ddp (the same DDP does the gradient all-reduce)",
+    "overlap.zero2": ("stated guess, to be calibrated: FSDP2 prefetches the next unit's all-gather and "
+                      "reduce-scatters on separate streams; 0.8 hides"),
+    "overlap.zero3": "as zero2",
+    "overlap.hsdp": "as zero2 (the replica all-reduce runs on the reduce-scatter stream)",
+    "allocator_slack": ("stated guess, to be calibrated: the caching allocator reserves ~5% above the "
+                        "allocated peak (fragmentation, rounding to 2 MiB blocks)"),
+    "cuda_context_bytes": ("typical, to be calibrated: CUDA context + cuBLAS/NCCL workspaces ~500 MiB per "
+                           "process, outside torch.cuda.max_memory_allocated"),
+    "memory_headroom": "stated choice: a plan must leave 5% of GPU memory free to count as fitting",
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Tunable parameters; `sources[name]` says where each value came from."""
+
+    compute_efficiency: float = 0.50  # achieved / datasheet bf16 peak, on hardware FLOPs
+    hbm_efficiency: float = 0.80  # achieved / datasheet HBM bandwidth for the optimizer step
+    comm_efficiency: dict = field(default_factory=lambda: dict(_EFF))  # "NV/all_reduce" -> busbw / line
+    latency_s: dict = field(default_factory=lambda: dict(_LAT))  # "NV/all_reduce" -> alpha seconds
+    overlap: dict = field(default_factory=lambda: {
+        "ddp": 0.8, "zero1": 0.8, "zero2": 0.8, "zero3": 0.8, "hsdp": 0.8})
+    allocator_slack: float = 0.05  # reserved above allocated, fraction of allocated
+    cuda_context_bytes: int = 500 * MIB
+    memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
+    fingerprint: str = ""  # "" for the default; calibrate writes machine + date + versions
+    sources: dict = field(default_factory=lambda: dict(_SOURCES, **_COMM_SOURCES))
+
+    def comm(self, link: str, op: str) -> tuple[float, float]:
+        """(achieved fraction of line rate, latency seconds) for an op on a link class."""
+        key = f"{link}/{op}"
+        if key not in self.comm_efficiency:
+            key = f"PCIe/{op}"  # an unknown class (network): the slowest one we know
+        return self.comm_efficiency[key], self.latency_s[key]
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), format=FORMAT, version=VERSION)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "JSON") -> "Profile":
+        if data.get("format", FORMAT) != FORMAT:
+            raise UsageError(f"{where} is not a topowise profile (no \"format\": \"{FORMAT}\")")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known - {"format", "version"})
+        if unknown:
+            raise UsageError(f"{where}: unknown profile field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        base = cls()
+        values = {}
+        for name in known & set(data):
+            default = getattr(base, name)
+            if isinstance(default, dict):
+                values[name] = dict(default, **data[name])  # a partial profile keeps the other defaults
+            else:
+                values[name] = type(default)(data[name])
+        return replace(base, **values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def default_profile() -> Profile:
+    return Profile()
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read profile ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a profile is a JSON object")
+    return Profile.from_dict(data, str(path))

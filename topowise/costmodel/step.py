@@ -1,0 +1,229 @@
+"""Step time and memory for one strategy on one GPU placement: `predict`.
+
+    step_time = compute + memory-bound work + optimizer step + exposed communication
+
+- compute: hardware FLOPs per token (flops.py) x tokens per GPU / (datasheet bf16 peak x
+  Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest (plus the
+  recomputed forward with checkpointing).
+- memory-bound work on the compute stream, over HBM bandwidth (hardware.py) x Profile.hbm_efficiency:
+  ddp/zero1 autocast casts fp32 weights to bf16 (read 4 + write 2 bytes per weight) and turns bf16 weight
+  gradients into the fp32 bucket (write 2, read 2 + write 4, read 4 + write 4: 16 bytes); FSDP2 copies
+  each all-gather's output into the unsharded parameters (read 2 + write 2 per parameter per gather).
+- optimizer step: foreach AdamW (torch.optim.adam._multi_tensor_adam) makes 8 passes over the local
+  shard: mul_ params (8 bytes), lerp_ exp_avg (12), mul_ exp_avg_sq (8), addcmul_ (12), sqrt (8),
+  div_ (8), add_ (8), addcdiv_ params (16): 80 bytes per local parameter.
+- communication (comm.py) by phase: "forward"/"backward" collectives hide behind that phase's compute
+  with the strategy's overlap efficiency e: exposed = max(H - C, 0) + (1 - e) min(H, C); the rest
+  (the first all-gathers, the last bucket or reduce-scatter, zero1's broadcasts) is exposed whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from topowise import hardware
+from topowise.costmodel import comm as comm_mod
+from topowise.costmodel.comm import CollectiveCost
+from topowise.costmodel.flops import hardware_flops_per_token, training_flops_per_token
+from topowise.costmodel.memory import MemoryBreakdown, estimate_memory, fits
+from topowise.costmodel.profile import Profile, default_profile
+from topowise.errors import UsageError
+from topowise.models.spec import ModelSpec
+from topowise.topology.model import Topology
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
+ALIASES = {"fsdp": "zero3"}
+FABRICS = ("nvlink", "pcie")
+ADAMW_FOREACH_BYTES_PER_PARAM = 80  # see the module docstring
+AUTOCAST_BYTES_PER_PARAM = 6 + 16  # weight cast + weight-gradient cast and accumulate
+FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
+
+
+def normalize_strategy(name: str) -> str:
+    key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in STRATEGIES:
+        raise UsageError(f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGIES)} (fsdp = zero3)")
+    return key
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    compute_s: float
+    comm_s: float  # all collectives, hidden or not
+    exposed_comm_s: float
+    collectives: tuple[CollectiveCost, ...] = ()
+    memory_bound_s: float = 0.0
+    optimizer_s: float = 0.0
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["collectives"] = [c.to_dict() for c in self.collectives]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TimeBreakdown":
+        return cls(**dict(data, collectives=tuple(CollectiveCost.from_dict(c) for c in data.get("collectives", ()))))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    model_name: str
+    params: int
+    strategy: str
+    gpus: tuple[int, ...]
+    micro_batch: int
+    seq_len: int
+    activation_checkpointing: bool
+    fabric: str
+    shard_group_size: int | None
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    time: TimeBreakdown
+    memory: MemoryBreakdown
+    fits: bool
+    bottleneck_gbps: float | None
+    islands_spanned: int
+    mfu: float = 0.0
+    topology: str = ""
+    profile_fingerprint: str = ""
+
+    def to_dict(self) -> dict:
+        """predict --json (DESIGN.md keys: model{name, params}, step_time_s, tokens_per_s, ...)."""
+        return {
+            "model": {"name": self.model_name, "params": self.params},
+            "topology": self.topology,
+            "strategy": self.strategy,
+            "gpus": list(self.gpus),
+            "micro_batch": self.micro_batch,
+            "seq_len": self.seq_len,
+            "activation_checkpointing": self.activation_checkpointing,
+            "fabric": self.fabric,
+            "shard_group_size": self.shard_group_size,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "time": self.time.to_dict(),
+            "memory": self.memory.to_dict(),
+            "fits": self.fits,
+            "bottleneck_gbps": self.bottleneck_gbps,
+            "islands_spanned": self.islands_spanned,
+            "profile_fingerprint": self.profile_fingerprint,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Prediction":
+        return cls(
+            model_name=data["model"]["name"], params=data["model"]["params"], strategy=data["strategy"],
+            gpus=tuple(data["gpus"]), micro_batch=data["micro_batch"], seq_len=data["seq_len"],
+            activation_checkpointing=data["activation_checkpointing"], fabric=data["fabric"],
+            shard_group_size=data["shard_group_size"], step_time_s=data["step_time_s"],
+            tokens_per_s=data["tokens_per_s"], tokens_per_s_per_gpu=data["tokens_per_s_per_gpu"],
+            time=TimeBreakdown.from_dict(data["time"]), memory=MemoryBreakdown.from_dict(data["memory"]),
+            fits=data["fits"], bottleneck_gbps=data["bottleneck_gbps"], islands_spanned=data["islands_spanned"],
+            mfu=data.get("mfu", 0.0), topology=data.get("topology", ""),
+            profile_fingerprint=data.get("profile_fingerprint", ""),
+        )
+
+
+def default_shard_group_size(topo: Topology, gpus: tuple[int, ...]) -> int:
+    """The chosen GPUs per NVLink island they lie in (the gcd when islands hold different counts)."""
+    counts = [len(set(isl) & set(gpus)) for isl in topo.islands_spanned(gpus)]
+    return math.gcd(*counts) if counts else 1
+
+
+def check_shard_group_size(size: int, num_gpus: int) -> None:
+    if size < 1 or num_gpus % size:
+        divisors = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0]
+        raise UsageError(f"hsdp shard group size {size} does not divide {num_gpus} GPUs "
+                         f"({num_gpus} % {size} = {num_gpus % size if size >= 1 else 'undefined'}); "
+                         f"choose one of {', '.join(map(str, divisors))}")
+
+
+def exposed_time(hideable_s: float, window_s: float, overlap: float) -> float:
+    """What of `hideable_s` stays visible behind `window_s` of compute at overlap efficiency `overlap`."""
+    inside = min(hideable_s, window_s)
+    return max(hideable_s - window_s, 0.0) + (1.0 - overlap) * inside
+
+
+def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: str, *, micro_batch: int = 1,
+            seq_len: int = 4096, activation_checkpointing: bool = False, fabric: str = "nvlink",
+            shard_group_size: int | None = None, profile: Profile | None = None) -> Prediction:
+    """Step time and memory per GPU for `strategy` on `gpus` of `topo`; one micro-batch per step."""
+    profile = profile or default_profile()
+    strategy = normalize_strategy(strategy)
+    if micro_batch < 1:
+        raise UsageError(f"micro-batch must be a positive number of sequences, not {micro_batch}")
+    if seq_len < 1:
+        raise UsageError(f"sequence length must be a positive number of tokens, not {seq_len}")
+    if fabric not in FABRICS:
+        raise UsageError(f"unknown fabric {fabric!r}; valid: {', '.join(FABRICS)}")
+    gpus = tuple(gpus)
+    if not gpus:
+        raise UsageError("no GPUs chosen: give --gpus or --num-gpus")
+    for g in gpus:
+        topo.gpu(g)  # UsageError for a GPU the topology lacks
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"GPU list {list(gpus)} names a GPU twice")
+    if fabric == "pcie":
+        topo = topo.without_nvlink()
+    n = len(gpus)
+    if strategy == "hsdp":
+        if shard_group_size is None:
+            shard_group_size = default_shard_group_size(topo if fabric == "nvlink" else topo, gpus)
+        check_shard_group_size(shard_group_size, n)
+    elif shard_group_size is not None and shard_group_size != n and strategy != "ddp":
+        shard_group_size = None  # only hsdp has shard groups
+
+    spec = topo.gpu_spec
+    if spec.bf16_dense_flops <= 0:
+        raise UsageError(f"no datasheet peak for GPU {topo.gpus[0].name!r}: give --profile with a calibrated one")
+    tokens = micro_batch * seq_len
+    rate = spec.bf16_dense_flops * profile.compute_efficiency
+    model_flops = training_flops_per_token(model, seq_len) * tokens
+    compute_s = hardware_flops_per_token(model, seq_len, activation_checkpointing) * tokens / rate
+    forward_s = model_flops / 3.0 / rate
+    backward_s = compute_s - forward_s
+
+    # memory-bound passes and the optimizer step
+    hbm = hardware.hbm_bytes_per_s(spec.name) * profile.hbm_efficiency
+    shard = shard_group_size if strategy == "hsdp" else n
+    local_params = model.params if strategy == "ddp" else model.params / shard
+    if strategy in ("ddp", "zero1"):
+        copy_bytes = AUTOCAST_BYTES_PER_PARAM * model.params
+    else:
+        passes = 1 if strategy == "zero2" else 2
+        copy_bytes = FSDP_COPY_OUT_BYTES_PER_PARAM * (model.params + (passes - 1) * model.num_layers * model.layer_params)
+    memory_bound_s = copy_bytes / hbm if n > 1 or strategy in ("ddp", "zero1") else copy_bytes / hbm
+    optimizer_s = ADAMW_FOREACH_BYTES_PER_PARAM * local_params / hbm
+
+    collectives = comm_mod.strategy_collectives(model, topo, gpus, strategy, profile, shard_group_size)
+    overlap = profile.overlap.get(strategy, 0.0)
+    fixed = sum(c.time_s for c in collectives if c.phase in comm_mod.EXPOSED_PHASES)
+    fwd_hide = sum(c.time_s for c in collectives if c.phase == comm_mod.FORWARD)
+    bwd_hide = sum(c.time_s for c in collectives if c.phase == comm_mod.BACKWARD)
+    exposed = fixed + exposed_time(fwd_hide, forward_s, overlap) + exposed_time(bwd_hide, backward_s, overlap)
+    comm_s = sum(c.time_s for c in collectives)
+    step = compute_s + memory_bound_s + optimizer_s + exposed
+
+    memory = estimate_memory(model, strategy, shard, micro_batch=micro_batch, seq_len=seq_len,
+                             activation_checkpointing=activation_checkpointing,
+                             gpu_memory_bytes=topo.gpus[0].memory_bytes or spec.memory_bytes, profile=profile)
+    bottleneck = topo.bottleneck_gbps(gpus)
+    per_gpu = tokens / step
+    return Prediction(
+        model_name=model.name, params=model.params, strategy=strategy, gpus=gpus, micro_batch=micro_batch,
+        seq_len=seq_len, activation_checkpointing=activation_checkpointing, fabric=fabric,
+        shard_group_size=shard_group_size if strategy == "hsdp" else None, step_time_s=step,
+        tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
+        time=TimeBreakdown(compute_s, comm_s, exposed, collectives, memory_bound_s, optimizer_s, forward_s, backward_s),
+        memory=memory, fits=fits(memory, profile),
+        bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
+        islands_spanned=len(topo.islands_spanned(gpus)),
+        mfu=model_flops / step / spec.bf16_dense_flops, topology=topo.name, profile_fingerprint=profile.fingerprint,
+    )
