@@ -127,6 +127,14 @@ class Topology:
         """Every pair joined directly by NVLink (an NVSwitch board, or a fully bridged small box)."""
         return self.num_gpus > 1 and all(l.is_nvlink for l in self.links)
 
+    def bandwidth_tiers(self) -> tuple[tuple[str, float, int], ...]:
+        """Distinct link classes, fastest first: (label, GB/s, pairs), e.g. ("NV12", 318.75, 28)."""
+        tiers: dict[tuple[str, float], int] = {}
+        for l in self.links:
+            key = (f"NV{l.nvlinks}" if l.is_nvlink else l.kind, l.gbps)
+            tiers[key] = tiers.get(key, 0) + 1
+        return tuple((label, gbps, n) for (label, gbps), n in sorted(tiers.items(), key=lambda t: (-t[0][1], t[0][0])))
+
     # --- selections ----------------------------------------------------------------------------
     def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
         chosen = set(gpus)

@@ -1,0 +1,162 @@
+"""`topowise topo`: the GPU wiring (links, NVLink islands, bandwidth tiers) and what would slow a job down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", metavar="NAME", help="a named machine (see --list-presets)")
+    source.add_argument("--file", metavar="PATH",
+                        help="`topowise topo --json` output or `nvidia-smi topo -m` text (- for stdin)")
+    parser.add_argument("--gpu-name", metavar="NAME",
+                        help="GPU model for `nvidia-smi topo -m` text, which does not name it (e.g. H100)")
+    parser.add_argument("--gpus", metavar="LIST", help="analyse a selection, e.g. 0,1 or 0-3")
+    parser.add_argument("--list-presets", action="store_true", help="list the named machines and exit")
+    parser.add_argument("--json", action="store_true", help="print JSON (reads back with --file)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from topowise.topology import presets
+
+    if args.list_presets:
+        width = max(len(n) for n in presets.preset_names())
+        for name in presets.preset_names():
+            print(f"{name:<{width}}  {presets.describe(name)}")
+        return 0
+    topo = _load(args)
+    report = topo_report(topo, args.gpus)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _render(report)
+    return 0
+
+
+def topo_report(topo, gpus_text: str | None = None, environ=None) -> dict:
+    """Topology.to_dict plus tiers, warnings and (with a selection) its analysis."""
+    from topowise.topology.checks import warnings
+    from topowise.topology.model import parse_gpu_list
+
+    gpus = parse_gpu_list(gpus_text, topo) if gpus_text is not None else None
+    report = topo.to_dict()
+    report["tiers"] = [{"link": label, "gbps": gbps, "pairs": n} for label, gbps, n in topo.bandwidth_tiers()]
+    report["warnings"] = warnings(topo, gpus, os.environ if environ is None else environ)
+    if gpus is not None:
+        selection = topo.selection(gpus)
+        best = topo.best_subset(len(gpus))
+        best_gbps = topo.bottleneck_gbps(best)
+        selection["best_subset"] = list(best)
+        selection["best_subset_bottleneck_gbps"] = None if best_gbps == float("inf") else best_gbps
+        report["selection"] = selection
+    return report
+
+
+def _load(args):
+    from topowise.errors import UsageError
+
+    if args.preset is not None:
+        if args.gpu_name:
+            raise UsageError("--gpu-name applies to `nvidia-smi topo -m` text given with --file, not to presets")
+        from topowise.topology.presets import load_preset
+
+        return load_preset(args.preset)
+    if args.file is not None:
+        return _load_file(args.file, args.gpu_name)
+    if args.gpu_name:
+        raise UsageError("--gpu-name applies to `nvidia-smi topo -m` text given with --file; NVML names live GPUs")
+    from topowise.topology.nvml import discover
+
+    return discover()
+
+
+def _load_file(path: str, gpu_name: str | None):
+    from topowise.errors import UsageError
+    from topowise.topology import topology_from_text
+    from topowise.topology.smi_text import parse_topo_text
+
+    if path == "-":
+        text, name = sys.stdin.read(), "stdin"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"--file {path}: no such file (give `topowise topo --json` output or "
+                             "`nvidia-smi topo -m` text)")
+        try:
+            text = p.read_text(errors="replace")
+        except OSError as exc:
+            raise UsageError(f"--file {path}: cannot read ({exc.strerror})") from None
+        name = p.stem
+    if gpu_name and text.strip() and not text.lstrip().startswith("{"):
+        return parse_topo_text(text, name, gpu_name=gpu_name)
+    if gpu_name:
+        raise UsageError("--gpu-name applies to `nvidia-smi topo -m` text; a topowise JSON file names its GPUs")
+    return topology_from_text(text, path if path != "-" else "stdin")
+
+
+def _render(report: dict) -> None:
+    from rich.console import Console
+    from rich import box
+    from rich.table import Table
+
+    console = Console()
+    gpus = report["gpus"]
+    names = sorted({g["name"] for g in gpus})
+    console.print(f"[bold]{report['name']}[/bold]: {len(gpus)} x {', '.join(names)}"
+                  + ("  (NVSwitch)" if report["nvswitch"] else "") + f"  PCIe gen {report['pcie_gen']}")
+    if report.get("source"):
+        console.print(f"[dim]source: {report['source']}[/dim]")
+
+    pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
+    matrix = Table(title="links (kind, GB/s per direction)", box=box.SIMPLE_HEAD)
+    matrix.add_column("")
+    for g in gpus:
+        matrix.add_column(f"GPU{g['index']}", justify="center")
+    matrix.add_column("NUMA", justify="right")
+    for g in gpus:
+        row = []
+        for h in gpus:
+            a, b = sorted((g["index"], h["index"]))
+            p = pairs.get((a, b))
+            if a == b:
+                row.append("X")
+            elif p is None:
+                row.append("?")
+            else:
+                label = f"NV{p['nvlinks']}" if p["kind"] == "NV" else p["kind"]
+                style = "green" if p["kind"] == "NV" else "yellow"
+                row.append(f"[{style}]{label}\n{p['gbps']:.3g}[/{style}]" + ("" if p.get("p2p_supported", True) else " !p2p"))
+        matrix.add_row(f"GPU{g['index']}", *row, "-" if g.get("numa_node") is None else str(g["numa_node"]))
+    console.print(matrix)
+
+    islands = "  ".join("{" + ",".join(map(str, i)) + "}" for i in report["islands"])
+    console.print(f"[bold]NVLink islands[/bold]: {islands}")
+    tiers = ", ".join(f"{'NVLink ' + t['link'] if t['link'].startswith('NV') else 'PCIe ' + t['link']} "
+                      f"{t['gbps']:g} GB/s ({t['pairs']} pairs)" for t in report["tiers"])
+    console.print(f"[bold]bandwidth tiers[/bold]: {tiers or 'one GPU, no links'}")
+    for nic in report.get("nics", []):
+        near = ",".join(map(str, nic["nearest_gpus"])) or "none"
+        console.print(f"NIC {nic['name']}" + (f" ({nic['kind']}, {nic['gbps']:g} GB/s)" if nic["kind"] else "")
+                      + f": nearest GPUs {near}")
+
+    sel = report.get("selection")
+    if sel:
+        spanned = "  ".join("{" + ",".join(map(str, i)) + "}" for i in sel["islands_spanned"])
+        bottleneck = "n/a (one GPU)" if sel["bottleneck_gbps"] is None else f"{sel['bottleneck_gbps']:g} GB/s"
+        console.print(f"[bold]selection[/bold] GPUs {','.join(map(str, sel['gpus']))}: "
+                      f"{len(sel['islands_spanned'])} island(s) spanned ({spanned}), bottleneck {bottleneck}")
+        if sorted(sel["best_subset"]) != sorted(sel["gpus"]):
+            best = sel["best_subset_bottleneck_gbps"]
+            console.print(f"  best {len(sel['gpus'])} GPUs here: {','.join(map(str, sel['best_subset']))}"
+                          + ("" if best is None else f" at {best:g} GB/s"))
+        else:
+            console.print("  this is already the best choice of that many GPUs")
+    for w in report["warnings"]:
+        console.print(f"[bold red]warning[/bold red]: {w}", highlight=False)
+    if not report["warnings"]:
+        console.print("[green]no warnings[/green]")
