@@ -15,10 +15,10 @@ How PyTorch holds the training state (the bench builds exactly this):
   to an fp32 reduce-scatter input.
 - hsdp: as zero3 with the shard group in place of the world.
 
-The peak is the largest of four moments (`phases`), each a sum of what is alive then:
-  loss backward (all saved activations + the logits buffers), output-layer backward, a block's
-  backward (with checkpointing: one block recomputed), and the optimizer step (all gradients + the
-  foreach AdamW temporary). What the allocator reports (torch.cuda.max_memory_allocated) is
+AdamW is fused (one kernel, no temporaries). The peak is the largest of four moments (`phases`),
+each a sum of what is alive then: loss backward (all saved activations + the logits buffers),
+output-layer backward, a block's backward (with checkpointing: one block recomputed), and the end of
+backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator reports (torch.cuda.max_memory_allocated) is
   `allocated_bytes`; peak_bytes adds allocator slack and the CUDA context (what nvidia-smi shows).
 """
 
@@ -60,42 +60,49 @@ def pytorch_state_bytes(params: float, strategy: str, n: int) -> dict[str, float
     }
 
 
-def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = False) -> float:
+def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = False,
+                                         gqa_expanded: bool = True) -> float:
     """Bytes one transformer block saves for backward, per token, with fused (flash) attention.
 
-    `autocast` True is ddp/zero1 (fp32 weights under torch.autocast): the embedding lookup returns fp32,
-    so the residual stream is fp32 and every Linear casts its fp32 input to its own bf16 copy (the
-    autocast cache holds weights only). False is FSDP2 with bf16 parameters: all bf16.
-    r = residual bytes (4 or 2); h hidden, I intermediate, q = heads x head_dim, kv = kv heads x head_dim.
+    Matches the transformer `bench train` builds (models/transformer.py): one fused qkv Linear, one
+    fused gate_up Linear, F.rms_norm, rotary, k/v repeated to every query head (repeat_interleave)
+    before F.scaled_dot_product_attention (flash). `autocast` True is ddp/zero1 (fp32 weights under
+    torch.autocast): the embedding lookup returns fp32, so the residual stream is fp32, rms_norm runs in
+    fp32 (autocast's fp32 list) and each Linear saves its own bf16 cast of its input. False is FSDP2
+    with bf16 parameters: everything bf16. r = residual bytes (4 or 2); h hidden, I intermediate,
+    q = heads x head_dim, kv = kv heads x head_dim, H heads.
 
-    Llama block (RMSNorm, GQA attention via scaled_dot_product_attention flash, SwiGLU), saved tensors:
-      input RMSNorm       input x (r h) + rstd (4)                 [fused rms_norm saves input, rstd]
-      q, k, v Linear      their input: 2h once (bf16), or 3 x 2h under autocast (three casts)
-      RoPE                nothing per token (mul saves the cos/sin tables, shared)
-      SDPA flash          q (2q), k (2kv), v (2kv), out (2q), logsumexp (4 x heads, fp32)
-      o Linear            its input = SDPA's out (already counted); residual add saves nothing
-      post-attn RMSNorm   input (r h) + rstd (4)
-      gate, up Linear     their input: 2h once, or 2 x 2h under autocast
-      SwiGLU              gate out (2I, silu's input), silu out (2I) and up out (2I) (the mul's
-                          operands), product (2I, down's input)
-    GQA makes k and v kv/q the size of q. GPT-2 blocks: LayerNorm saves input, mean, rstd; one c_attn
-    input; GELU saves its input (2I) and the c_proj input (2I).
+    Llama block, saved tensors (bytes per token):
+      attention RMSNorm   input x (r h) + rstd (4, fp32)        [fused rms_norm saves input and rstd]
+      qkv Linear          its bf16 input (2h)                   [the qkv output itself is not kept]
+      rotary              nothing per token (the muls save the bf16 cos/sin tables: `rope_bytes`)
+      SDPA flash          q (2q), k and v repeated to H heads (2q each; 2kv each with gqa_expanded
+                          False, as SDPA(enable_gqa=True) would keep them), out (2q), logsumexp (4H)
+      out Linear          its input = SDPA's out (counted); residual add saves nothing
+      MLP RMSNorm         input (r h) + rstd (4)
+      gate_up Linear      its bf16 input (2h)
+      SwiGLU              gate_up output (4I: silu keeps gate, the mul keeps up, both views of it),
+                          silu output (2I), product (2I, down's input)
+    GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
+    q, k, v (views of the c_attn output, 6h), out (2h), logsumexp, GELU input (2I), c_proj input (2I).
     """
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     r = 4 if autocast else 2
     lse = 4 * model.num_heads
     if model.family == "gpt2":
-        norms = 2 * (r * h + 8)
-        linear_inputs = 2 * (2 * h) * (1 if not autocast else 1)  # c_attn and c_fc, one input each
-        attention = 2 * q + 2 * kv + 2 * kv + 2 * q + lse
-        mlp = 2 * i + 2 * i
-        return norms + linear_inputs + attention + mlp
+        return 2 * (r * h + 8) + 2 * (2 * h) + 6 * h + 2 * h + lse + 4 * i
+    k_and_v = 2 * (2 * q if gqa_expanded else 2 * kv)
     norms = 2 * (r * h + 4)
-    linear_inputs = (3 + 2) * 2 * h if autocast else 2 * (2 * h)
-    attention = 2 * q + 2 * kv + 2 * kv + 2 * q + lse
-    mlp = 4 * 2 * i
+    linear_inputs = 2 * (2 * h)
+    attention = 2 * q + k_and_v + 2 * q + lse
+    mlp = 4 * i + 2 * i + 2 * i
     return norms + linear_inputs + attention + mlp
+
+
+def rope_bytes(model: ModelSpec, seq_len: int) -> float:
+    """Each block casts cos and sin (seq_len x head_dim) to bf16 and the rotary muls keep them."""
+    return 0.0 if model.family == "gpt2" else model.num_layers * 2 * 2 * seq_len * model.head_dim
 
 
 def block_input_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
@@ -111,19 +118,27 @@ def head_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
 
 
 def logits_bytes_per_token(model: ModelSpec) -> float:
-    """At the loss backward, per token (V = vocab): 14 V bytes.
+    """At the loss backward, per token (V = vocab): 12 V bytes.
 
-    bf16 logits (2V, held by the training step), log_softmax's saved fp32 output (4V; the fp32 upcast
-    `logits.float()` itself is freed once log_softmax has run), nll_loss's dense fp32 gradient (4V) and
-    log_softmax's fp32 input gradient (4V). Cast back to bf16 (2V), the gradient then flows on.
+    The step computes `F.cross_entropy(logits.float(), targets)` and deletes the bf16 logits before
+    backward, so alive are: log_softmax's saved fp32 output (4V; the fp32 upcast itself is freed once
+    log_softmax has run), nll_loss's dense fp32 input gradient (4V) and log_softmax's fp32 input
+    gradient (4V). In forward the moment is smaller: bf16 logits 2V + fp32 upcast 4V + output 4V.
     """
-    return 14.0 * model.vocab_size
+    return 12.0 * model.vocab_size
 
 
 def block_backward_temp_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
-    """Gradient temporaries alive inside one block's backward (approximate): three intermediate-size bf16
-    gradients (product, act/up, gate) and two residual-stream gradients."""
-    return 3 * 2 * model.intermediate_size + 2 * (4 if autocast else 2) * model.hidden_size
+    """Gradient temporaries inside one block's backward (approximate): at the SwiGLU backward the gate and
+    up gradients (2I each) and their concatenation for gate_up (4I), plus two residual-stream gradients."""
+    return 8 * model.intermediate_size + 2 * (4 if autocast else 2) * model.hidden_size
+
+
+def autocast_cast_params(model: ModelSpec) -> int:
+    """Parameters autocast casts to bf16 in forward: every Linear weight and bias, the output layer
+    included (tied or not); not the embedding lookup, not the norms (rms_norm/layer_norm run in fp32)."""
+    norms = model.num_layers * (4 if model.family == "gpt2" else 2) * model.hidden_size + model.final_norm_params
+    return flops_params(model) - norms
 
 
 @dataclass(frozen=True)
@@ -161,65 +176,57 @@ def estimate_memory(model: ModelSpec, strategy: str, shard_size: int, *, micro_b
     tokens = micro_batch * seq_len
     P = model.params
     autocast = strategy in ("ddp", "zero1")
-    fsdp = not autocast
     states = pytorch_state_bytes(P, strategy, n)
-    params_b, opt_b = states["params"], states["optimizer"]
-    full_grads = states["grads"]
-    # FSDP2 gradients appear during backward (set_to_none before); DDP's buckets are always there.
+    params_b, opt_b, full_grads = states["params"], states["optimizer"], states["grads"]
+    # FSDP2's sharded gradients appear during backward (zero_grad(set_to_none=True) freed them);
+    # DDP's buckets, which the gradients are views of, are always there.
     grads_at_start = full_grads if autocast else 0.0
 
     per_layer = activation_bytes_per_token_per_layer(model, autocast)
     kept_per_layer = block_input_bytes_per_token(model, autocast) if activation_checkpointing else per_layer
     saved = tokens * (model.num_layers * kept_per_layer + head_bytes_per_token(model, autocast))
+    saved += rope_bytes(model, seq_len)
     recompute = tokens * per_layer if activation_checkpointing else 0.0
     block_temp = tokens * block_backward_temp_bytes_per_token(model, autocast)
 
     block, root = model.layer_params, root_params(model)
-    h, v = model.hidden_size, model.vocab_size
-    lm_head = v * h  # the output layer's weight (the embedding when tied)
-    largest_block_tensor = max(block_tensors(model))
-    buffers: dict[str, float] = {}
+    out_weight = model.vocab_size * model.hidden_size  # the output layer's weight (the embedding when tied)
     if autocast:
-        norm_params = model.num_layers * 2 * h + h
-        buffers["autocast bf16 weight copies"] = 2 * (flops_params(model) - norm_params)
-        weight_grad_out = 6 * lm_head  # bf16 weight gradient + its fp32 cast, before landing in the bucket
-        weight_grad_block = 6 * largest_block_tensor
-    elif strategy == "zero2":
-        buffers["unsharded bf16 params (all units)"] = 2 * P
-        weight_grad_out = 2 * root  # the root's unsharded bf16 gradient, reduce-scattered at the end
-        weight_grad_block = 2 * root + 2 * block + 4 * block + 4 * block  # + bf16 grad, fp32 RS in, RS in flight
-    else:  # zero3, hsdp
-        buffers["unsharded bf16 params (root + 2 blocks)"] = 2 * root + 2 * 2 * block
-        weight_grad_out = 2 * root
-        weight_grad_block = 2 * root + 2 * block + 4 * block + 4 * block
-    buffer_total = sum(buffers.values())
+        base = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
+        out_grad = {"output-layer weight gradient (bf16 + fp32 cast)": 6 * out_weight}
+        block_grad = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
+        end = {"embedding gradient (fp32, dense)": 4 * model.vocab_size * model.hidden_size}
+    else:
+        if strategy == "zero2":
+            base = {"unsharded bf16 params (every unit, forward to backward)": 2 * P}
+        else:
+            base = {"unsharded bf16 params (root + 2 blocks)": 2 * root + 2 * 2 * block}
+        out_grad = {"root unsharded bf16 gradient": 2 * root}
+        block_grad = {"root unsharded bf16 gradient": 2 * root,
+                      "block gradient: bf16 + fp32 reduce-scatter input, one more in flight": 10 * block}
+        end = {"root unsharded bf16 params + gradient": 4 * root, "root fp32 reduce-scatter input": 4 * root}
 
-    # Each moment: (grads, activations, logits, extra buffers); params, optimizer, buffers always.
+    # Each moment: grads, activations, logits, buffers alive (params and optimizer states always are).
     phases = {
-        "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), 0.0),
-        "output-layer backward": (grads_at_start, saved, tokens * 4 * v, weight_grad_out),
-        "block backward": (full_grads if autocast else 0.5 * full_grads, saved + recompute + block_temp, 0.0,
-                           weight_grad_block),
-        # foreach AdamW: one fp32 temporary the size of the local states (exp_avg_sq.sqrt())
-        "optimizer step": (full_grads, 0.0, 0.0, opt_b / 2 - buffer_total),
+        "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), base),
+        "output-layer backward": (grads_at_start, saved, tokens * 2 * model.vocab_size, {**base, **out_grad}),
+        "block backward": (full_grads if autocast else full_grads / 2, saved + recompute + block_temp, 0.0,
+                           {**base, **block_grad}),
+        "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
     }
-    totals = {k: params_b + opt_b + buffer_total + sum(vals) for k, vals in phases.items()}
+    totals = {k: params_b + opt_b + g + a + l + sum(b.values()) for k, (g, a, l, b) in phases.items()}
     phase = max(totals, key=totals.get)
-    grads_b, acts_b, logits_b, extra = phases[phase]
+    grads_b, acts_b, logits_b, buffers = phases[phase]
     allocated = totals[phase]
-    buf = dict(buffers)
-    if phase == "optimizer step":
-        buf = {"AdamW foreach temporary": opt_b / 2}
-    elif extra:
-        buf["weight-gradient transients"] = extra
     slack = profile.allocator_slack * allocated
     overhead = slack + profile.cuda_context_bytes
     return MemoryBreakdown(
         peak_bytes=int(allocated + overhead), params_bytes=int(params_b), grads_bytes=int(grads_b),
         optimizer_bytes=int(opt_b), activations_bytes=int(acts_b), logits_bytes=int(logits_b),
-        buffers_bytes=int(sum(buf.values())), overhead_bytes=int(overhead), gpu_memory_bytes=int(gpu_memory_bytes),
-        allocated_bytes=int(allocated), cuda_context_bytes=int(profile.cuda_context_bytes),
-        allocator_slack_bytes=int(slack), peak_phase=phase, buffers={k: int(x) for k, x in buf.items()},
+        buffers_bytes=int(sum(buffers.values())), overhead_bytes=int(overhead),
+        gpu_memory_bytes=int(gpu_memory_bytes), allocated_bytes=int(allocated),
+        cuda_context_bytes=int(profile.cuda_context_bytes), allocator_slack_bytes=int(slack), peak_phase=phase,
+        buffers={k: int(x) for k, x in buffers.items()},
     )
 
 

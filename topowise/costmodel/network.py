@@ -211,8 +211,13 @@ def _single_node(op, nbytes, members, topo, profile) -> tuple[float, dict]:
 
 
 def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all_reduce",
-                    lo: float = 1.0, hi: float = 2.0**36) -> float | None:
-    """Smallest all-reduce size at which ring is at least as fast as tree (None if tree never loses in range)."""
+                    lo: float = 1.0, hi: float = 2.0**40) -> float | None:
+    """The all-reduce size where tree stops winning: below it tree is faster than ring, at it ring ties.
+
+    Scans 8 sizes per octave from `lo`, then bisects the step where ring first catches up. NCCL's
+    model can cross more than once (tree's medium-size correction, protocol switches); this is the
+    first crossing. None when tree wins over the whole range; `lo` when ring already wins at `lo`.
+    """
     profile = profile or default_profile()
     bus, _ = bus_gbps(op, group, profile)
 
@@ -221,16 +226,16 @@ def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all
 
     if ring_wins(lo):
         return lo
-    if not ring_wins(hi):
-        return None
-    size = lo
-    while size < hi and not ring_wins(size):  # doubling search, then bisect within the last octave
-        size *= 2
-    a, b = size / 2, size
-    for _ in range(40):
-        mid = (a + b) / 2
-        a, b = (a, mid) if ring_wins(mid) else (mid, b)
-    return b
+    prev = size = lo
+    while size <= hi:
+        if ring_wins(size):
+            a, b = prev, size
+            for _ in range(60):
+                mid = (a + b) / 2
+                a, b = (a, mid) if ring_wins(mid) else (mid, b)
+            return b
+        prev, size = size, size * 2 ** 0.125
+    return None
 
 
 # --- network traffic of each strategy --------------------------------------------------------------

@@ -6,12 +6,12 @@
   Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest (plus the
   recomputed forward with checkpointing).
 - memory-bound work on the compute stream, over HBM bandwidth (hardware.py) x Profile.hbm_efficiency:
-  ddp/zero1 autocast casts fp32 weights to bf16 (read 4 + write 2 bytes per weight) and turns bf16 weight
-  gradients into the fp32 bucket (write 2, read 2 + write 4, read 4 + write 4: 16 bytes); FSDP2 copies
-  each all-gather's output into the unsharded parameters (read 2 + write 2 per parameter per gather).
-- optimizer step: foreach AdamW (torch.optim.adam._multi_tensor_adam) makes 8 passes over the local
-  shard: mul_ params (8 bytes), lerp_ exp_avg (12), mul_ exp_avg_sq (8), addcmul_ (12), sqrt (8),
-  div_ (8), add_ (8), addcdiv_ params (16): 80 bytes per local parameter.
+  the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 8+4, nll gradient 4, log_softmax
+  backward 8+4, cast back 4+2 = 40 bytes); ddp/zero1 autocast casts each weight to bf16 (4+2) and its
+  bf16 gradient to fp32 (2+4) into the bucket (4+4): 20 bytes per parameter; FSDP2 copies each
+  all-gather's output into the unsharded parameters (2+2 bytes per parameter per gather).
+- optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
+  parameter, exp_avg, exp_avg_sq (12): 28 bytes per local parameter (a foreach AdamW would make ~80).
 - communication (comm.py) by phase: "forward"/"backward" collectives hide behind that phase's compute
   with the strategy's overlap efficiency e: exposed = max(H - C, 0) + (1 - e) min(H, C); the rest
   (the first all-gathers, the last bucket or reduce-scatter, zero1's broadcasts) is exposed whole.
@@ -35,9 +35,10 @@ from topowise.topology.model import Topology
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 ALIASES = {"fsdp": "zero3"}
 FABRICS = ("nvlink", "pcie")
-ADAMW_FOREACH_BYTES_PER_PARAM = 80  # see the module docstring
-AUTOCAST_BYTES_PER_PARAM = 6 + 16  # weight cast + weight-gradient cast and accumulate
+ADAMW_FUSED_BYTES_PER_PARAM = 28  # see the module docstring
+AUTOCAST_BYTES_PER_PARAM = 6 + 6 + 8  # weight cast, weight-gradient cast, accumulate into the bucket
 FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
+LOSS_BYTES_PER_LOGIT = 40  # fp32 cross-entropy forward and backward
 
 
 def normalize_strategy(name: str) -> str:
@@ -170,13 +171,13 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
         topo.gpu(g)  # UsageError for a GPU the topology lacks
     if len(set(gpus)) != len(gpus):
         raise UsageError(f"GPU list {list(gpus)} names a GPU twice")
-    if fabric == "pcie":
-        topo = topo.without_nvlink()
     n = len(gpus)
     if strategy == "hsdp":
-        if shard_group_size is None:
-            shard_group_size = default_shard_group_size(topo if fabric == "nvlink" else topo, gpus)
+        if shard_group_size is None:  # from the real wiring, so a pcie what-if keeps the same layout
+            shard_group_size = default_shard_group_size(topo, gpus)
         check_shard_group_size(shard_group_size, n)
+    if fabric == "pcie":
+        topo = topo.without_nvlink()
     elif shard_group_size is not None and shard_group_size != n and strategy != "ddp":
         shard_group_size = None  # only hsdp has shard groups
 
@@ -194,13 +195,14 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
     hbm = hardware.hbm_bytes_per_s(spec.name) * profile.hbm_efficiency
     shard = shard_group_size if strategy == "hsdp" else n
     local_params = model.params if strategy == "ddp" else model.params / shard
+    copy_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size
     if strategy in ("ddp", "zero1"):
-        copy_bytes = AUTOCAST_BYTES_PER_PARAM * model.params
-    else:
-        passes = 1 if strategy == "zero2" else 2
-        copy_bytes = FSDP_COPY_OUT_BYTES_PER_PARAM * (model.params + (passes - 1) * model.num_layers * model.layer_params)
-    memory_bound_s = copy_bytes / hbm if n > 1 or strategy in ("ddp", "zero1") else copy_bytes / hbm
-    optimizer_s = ADAMW_FOREACH_BYTES_PER_PARAM * local_params / hbm
+        copy_bytes += AUTOCAST_BYTES_PER_PARAM * model.params
+    else:  # zero3 and hsdp gather the blocks a second time in backward
+        gathered = model.params + (0 if strategy == "zero2" else model.num_layers * model.layer_params)
+        copy_bytes += FSDP_COPY_OUT_BYTES_PER_PARAM * gathered
+    memory_bound_s = copy_bytes / hbm
+    optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
     collectives = comm_mod.strategy_collectives(model, topo, gpus, strategy, profile, shard_group_size)
     overlap = profile.overlap.get(strategy, 0.0)

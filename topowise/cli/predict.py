@@ -1,0 +1,131 @@
+"""`topowise predict`: step time and memory per GPU for one strategy on one GPU placement."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+GIB = 1024**3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="M", help="a model preset or a Hugging Face config.json")
+    parser.add_argument("--topology", required=True, metavar="T",
+                        help="a topology preset, `topowise topo --json` output or `nvidia-smi topo -m` text")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--gpus", metavar="LIST", help="the GPUs to use, e.g. 0,1 or 0-3")
+    which.add_argument("--num-gpus", type=int, metavar="K", help="use the K GPUs with the fastest ring")
+    parser.add_argument("--strategy", required=True, metavar="S", help="ddp, zero1, zero2, zero3 (fsdp) or hsdp")
+    parser.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU per step (1)")
+    parser.add_argument("--seq-len", type=int, default=4096, metavar="L", help="tokens per sequence (4096)")
+    parser.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
+    parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
+                        help="pcie: predict as if NVLink were not there")
+    parser.add_argument("--shard-group-size", type=int, metavar="G",
+                        help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
+    parser.add_argument("--profile", metavar="FILE", help="a calibrated profile from `topowise calibrate`")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def prediction_from_args(args: argparse.Namespace):
+    """Parse and check the arguments, then predict (no rendering here)."""
+    from topowise.costmodel.profile import default_profile, load_profile
+    from topowise.costmodel.step import normalize_strategy, predict
+    from topowise.errors import UsageError
+    from topowise.models.spec import load_model
+    from topowise.topology import load_topology
+    from topowise.topology.model import parse_gpu_list
+
+    strategy = normalize_strategy(args.strategy)
+    if args.micro_batch < 1:
+        raise UsageError(f"--micro-batch must be a positive number of sequences, not {args.micro_batch}")
+    if args.seq_len < 1:
+        raise UsageError(f"--seq-len must be a positive number of tokens, not {args.seq_len}")
+    if args.shard_group_size is not None and args.shard_group_size < 1:
+        raise UsageError(f"--shard-group-size must be a positive number of GPUs, not {args.shard_group_size}")
+    if args.shard_group_size is not None and strategy != "hsdp":
+        raise UsageError(f"--shard-group-size applies to --strategy hsdp, not {strategy}")
+    model = load_model(args.model)
+    topo = load_topology(args.topology)
+    if args.gpus is not None:
+        gpus = parse_gpu_list(args.gpus, topo)
+    else:
+        if args.num_gpus < 1 or args.num_gpus > topo.num_gpus:
+            raise UsageError(f"--num-gpus {args.num_gpus}: topology {topo.name!r} has {topo.num_gpus} GPUs; "
+                             f"choose 1 to {topo.num_gpus}")
+        gpus = topo.best_subset(args.num_gpus)
+    profile = load_profile(args.profile) if args.profile else default_profile()
+    return predict(model, topo, gpus, strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
+                   activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
+                   shard_group_size=args.shard_group_size, profile=profile)
+
+
+def run(args: argparse.Namespace) -> int:
+    prediction = prediction_from_args(args)
+    if args.json:
+        print(json.dumps(prediction.to_dict(), indent=2))
+    else:
+        render(prediction)
+    return 0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.2f}"
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:,.2f}"
+
+
+def render(p) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # piped: wide enough for the collectives table
+        console = Console(width=120)
+    ac = ", activation checkpointing" if p.activation_checkpointing else ""
+    hsdp = f", shard groups of {p.shard_group_size}" if p.shard_group_size else ""
+    bottleneck = "-" if p.bottleneck_gbps is None else f"{p.bottleneck_gbps:g} GB/s line"
+    console.print(f"[bold]{p.model_name}[/] ({p.params / 1e9:.2f}B params), {p.strategy}{hsdp} on GPUs "
+                  f"{','.join(map(str, p.gpus))} of {p.topology} ({p.fabric}; {p.islands_spanned} NVLink "
+                  f"island(s); bottleneck {bottleneck}), micro-batch {p.micro_batch} x {p.seq_len} tokens{ac}")
+    t = p.time
+    time = Table(title="Step time", show_edge=False)
+    time.add_column("part")
+    time.add_column("ms", justify="right")
+    for name, value in (("compute", t.compute_s), ("memory-bound (loss, casts, copies)", t.memory_bound_s),
+                        ("optimizer step", t.optimizer_s), ("communication, all", t.comm_s),
+                        ("communication, exposed", t.exposed_comm_s)):
+        time.add_row(name, _ms(value))
+    time.add_row("[bold]step[/]", f"[bold]{_ms(p.step_time_s)}[/]")
+    console.print(time)
+    console.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}")
+    if t.collectives:
+        coll = Table(title="Collectives per step", show_edge=False)
+        for col, just in (("op", "left"), ("phase", "left"), ("dtype", "left"), ("MB each", "right"),
+                          ("count", "right"), ("group", "right"), ("link", "left"), ("busbw GB/s", "right"),
+                          ("ms", "right")):
+            coll.add_column(col, justify=just)
+        for c in t.collectives:
+            coll.add_row(c.op, c.phase, c.dtype, f"{c.bytes / 1e6:,.1f}", str(c.count), str(c.group_size), c.link,
+                         f"{c.bandwidth_gbps:,.1f}", _ms(c.time_s))
+        console.print(coll)
+    m = p.memory
+    mem = Table(title=f"Memory per GPU at the peak ({m.peak_phase})", show_edge=False)
+    mem.add_column("term")
+    mem.add_column("GiB", justify="right")
+    for name, value in (("parameters", m.params_bytes), ("gradients", m.grads_bytes),
+                        ("optimizer states", m.optimizer_bytes), ("activations", m.activations_bytes),
+                        ("logits and loss", m.logits_bytes)):
+        mem.add_row(name, _gib(value))
+    for name, value in m.buffers.items():
+        mem.add_row(name, _gib(value))
+    mem.add_row("allocated (max_memory_allocated)", _gib(m.allocated_bytes))
+    mem.add_row("allocator slack", _gib(m.allocator_slack_bytes))
+    mem.add_row("CUDA context", _gib(m.cuda_context_bytes))
+    mem.add_row("[bold]peak[/]", f"[bold]{_gib(m.peak_bytes)}[/]")
+    mem.add_row("GPU memory", _gib(m.gpu_memory_bytes))
+    console.print(mem)
+    verdict = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
+    console.print(f"{verdict}: peak {_gib(m.peak_bytes)} of {_gib(m.gpu_memory_bytes)} GiB")
