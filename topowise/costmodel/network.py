@@ -214,7 +214,8 @@ def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all
                     lo: float = 1.0, hi: float = 2.0**40) -> float | None:
     """The all-reduce size where tree stops winning: below it tree is faster than ring, at it ring ties.
 
-    Scans 8 sizes per octave from `lo`, then bisects the step where ring first catches up. NCCL's
+    Scans 16 sizes per octave and the last byte before each power of two (tree's correction factor
+    jumps there), then bisects the step where ring first catches up. NCCL's
     model can cross more than once (tree's medium-size correction, protocol switches); this is the
     first crossing. None when tree wins over the whole range; `lo` when ring already wins at `lo`.
     """
@@ -226,16 +227,28 @@ def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all
 
     if ring_wins(lo):
         return lo
-    prev = size = lo
-    while size <= hi:
+    prev = lo
+    for size in _scan_sizes(lo, hi):
         if ring_wins(size):
             a, b = prev, size
             for _ in range(60):
                 mid = (a + b) / 2
                 a, b = (a, mid) if ring_wins(mid) else (mid, b)
             return b
-        prev, size = size, size * 2 ** 0.125
+        prev = size
     return None
+
+
+def _scan_sizes(lo: float, hi: float):
+    octave = 1 << max(0, int(math.log2(max(lo, 1))))
+    while octave <= hi:
+        for j in range(16):
+            size = octave + octave * j / 16
+            if lo < size <= hi:
+                yield size
+        if lo < 2 * octave - 1 <= hi:
+            yield 2 * octave - 1
+        octave *= 2
 
 
 # --- network traffic of each strategy --------------------------------------------------------------

@@ -176,10 +176,10 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
         if shard_group_size is None:  # from the real wiring, so a pcie what-if keeps the same layout
             shard_group_size = default_shard_group_size(topo, gpus)
         check_shard_group_size(shard_group_size, n)
+    else:
+        shard_group_size = None  # only hsdp has shard groups
     if fabric == "pcie":
         topo = topo.without_nvlink()
-    elif shard_group_size is not None and shard_group_size != n and strategy != "ddp":
-        shard_group_size = None  # only hsdp has shard groups
 
     spec = topo.gpu_spec
     if spec.bf16_dense_flops <= 0:
