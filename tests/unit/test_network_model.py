@@ -114,7 +114,7 @@ def _step_comm_s(strategy, params, c, shard=None):
                for op, nbytes, which in step_collectives(strategy, params, shard))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(nodes=st.integers(1, 64), extra=st.integers(1, 64),
        node=st.sampled_from(["hgx-h100-8", "h100-nvl-8", "pcie-l40s-8", "dgx-a100-8"]),
        net=st.sampled_from(["ib-ndr", "ib-hdr", "roce-200", "eth-100"]),
