@@ -15,11 +15,17 @@ def load_topology(name_or_path: str) -> Topology:
     """A preset name, a path to `topo --json` output or `nvidia-smi topo -m` text, or `-` for stdin."""
     if name_or_path in PRESETS:
         return load_preset(name_or_path)
+    from topowise.topology.cluster import EXAMPLES, load_cluster  # "4x hgx-h100-8+ib-ndr": N nodes + network
+
+    cluster = load_cluster(name_or_path)
+    if cluster is not None:
+        return cluster
     if name_or_path == "-":
         return topology_from_text(sys.stdin.read(), "stdin")
     path = Path(name_or_path)
     if not path.is_file():
         raise UsageError(f"unknown topology {name_or_path!r}: give a preset ({', '.join(PRESETS)}), "
+                         f"a cluster (e.g. {', '.join(repr(e) for e in EXAMPLES)}), "
                          "a file from `topowise topo --json`, or `nvidia-smi topo -m` output")
     try:
         text = path.read_text(errors="replace")
@@ -37,6 +43,10 @@ def topology_from_text(text: str, where: str) -> Topology:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        if isinstance(data, dict) and data.get("format") == "topowise.cluster":
+            from topowise.topology.cluster import Cluster
+
+            return Cluster.from_dict(data, where)
         return Topology.from_dict(data, where)
     from topowise.topology.smi_text import parse_topo_text
 
