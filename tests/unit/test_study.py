@@ -1,0 +1,177 @@
+"""`topowise study`: files written, findings computed from the numbers, placements, bad input."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from topowise.cli.main import main
+from topowise.errors import UsageError
+from topowise.models.spec import load_model
+from topowise.report import study as st
+from topowise.topology.presets import load_preset
+
+TWO = ["hgx-h100-8", "h100-nvl-8"]
+
+
+@pytest.fixture(scope="module")
+def tiny_study():
+    """A study of the tiny model on three presets (no files)."""
+    topos = [(n, load_preset(n)) for n in ("hgx-h100-8", "h100-nvl-8", "h200-nvl-8")]
+    return st.run_study(load_model("tiny"), topos, seq_len=256)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    rc = main(["study", "--model", "tiny", "--topologies", ",".join(TWO), "--out", str(out), "--seq-len", "256"])
+    assert rc == 0
+    return out
+
+
+def test_study_writes_every_file(written):
+    for name in ("report.md", "report.html", "study.json", "throughput.png", "memory.png", "slowdown.png",
+                 "links_hgx-h100-8.png", "links_h100-nvl-8.png"):
+        path = written / name
+        assert path.is_file() and path.stat().st_size > 0, name
+    assert (written / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_study_json_has_findings_and_every_prediction(written):
+    data = json.loads((written / "study.json").read_text())
+    assert set(data["findings"]) == set(st.FINDING_KINDS)
+    assert {r["topology"] for r in data["findings"]["recommendations"]} == set(TWO)
+    # every (placement, strategy) of both topologies, each with the cost model's full to_dict()
+    expected = sum(len(t["placements"]) for t in data["topologies"]) * len(st.STUDY_STRATEGIES)
+    assert len(data["predictions"]) == expected
+    ok = [p for p in data["predictions"] if not p["error"]]
+    assert ok and all("memory" in p["prediction"] and "step_time_s" in p["prediction"] for p in ok)
+    assert st.Study.from_dict(data).to_dict() == data
+
+
+def test_html_is_self_contained(written):
+    page = (written / "report.html").read_text()
+    images = re.findall(r'<img src="([^"]*)"', page)
+    assert len(images) >= 4 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
+    md = (written / "report.md").read_text()
+    assert "](throughput.png)" in md and "## Findings" in md
+
+
+def test_nvlink_pcie_ratio_comes_from_the_topology(tiny_study):
+    ratios = {f.topology: f.values for f in tiny_study.findings_of("nvlink_pcie_ratio")}
+    assert ratios["h100-nvl-8"]["ratio"] == pytest.approx(318.75 / 63)  # NV12 x 26.5625 over PCIe Gen5 x16
+    assert ratios["h200-nvl-8"]["ratio"] == pytest.approx(3 * 6 * 26.5625 / 63)  # 3 bridges of NV6 per GPU
+    l40s = st.nvlink_pcie_ratios([("pcie-l40s-8", load_preset("pcie-l40s-8"))])[0]
+    assert l40s.values["ratio"] is None and "no NVLink" in l40s.text
+
+
+def test_placements_inside_and_across_islands():
+    nvl = {p.label: p for p in st.placements_for(load_preset("h100-nvl-8"))}
+    assert nvl["all"].gpus == tuple(range(8))
+    assert nvl["2 in island"].gpus in load_preset("h100-nvl-8").islands()
+    assert nvl["2 across islands"].islands_spanned == 2
+    assert "4 in island" not in nvl  # no island of four on H100 NVL
+    h200 = {p.label: p for p in st.placements_for(load_preset("h200-nvl-8"))}
+    assert h200["4 in island"].gpus == (0, 1, 2, 3)
+    assert h200["4 across islands"].gpus == (0, 1, 4, 5)  # an even 2+2 split
+    assert [p.label for p in st.placements_for(load_preset("hgx-h100-8"))] == ["all"]  # one island
+    assert [p.label for p in st.placements_for(load_preset("pcie-l40s-8"))] == ["all"]  # no island of two
+    assert st.placements_for(load_preset("h200-nvl-8"), num_gpus=2)[0].gpus in ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+def test_island_slowdown_is_the_ratio_of_predicted_step_times(tiny_study):
+    found = tiny_study.findings_of("island_slowdown")
+    assert {f.topology for f in found} == {"h100-nvl-8", "h200-nvl-8"}  # the NVSwitch board has one island
+    for f in found:
+        k = f.values["gpus_per_job"]
+        inside = tiny_study.case(f.topology, f"{k} in island", f.values["strategy"])
+        across = tiny_study.case(f.topology, f"{k} across islands", f.values["strategy"])
+        assert f.values["slowdown"] == pytest.approx(across.step_time_s / inside.step_time_s)
+        assert f.values["slowdown"] >= 1.0  # PCIe between islands is never faster than NVLink inside one
+
+
+def test_ddp_not_fitting_and_fsdp_near_ddp_follow_the_predictions():
+    model = load_model("llama3.1-8b")
+    topos = [(n, load_preset(n)) for n in ("hgx-h100-8", "h200-nvl-8")]
+    study = st.run_study(model, topos)
+    ddp = {f.topology: f.values for f in study.findings_of("ddp_does_not_fit")}
+    for label, _ in topos:
+        case = study.case(label, "all", "ddp")
+        if case.fits:
+            assert label not in ddp
+        else:
+            assert ddp[label]["over_bytes"] == case.peak_bytes - case.gpu_memory_bytes > 0
+    assert "hgx-h100-8" in ddp  # 16 bytes per parameter of 8B parameters exceed 80 GB
+    near = {(f.topology, f.values["strategy"]) for f in study.findings_of("fsdp_near_ddp")}
+    for label, _ in topos:
+        d = study.case(label, "all", "ddp")
+        for s in ("zero2", "zero3"):
+            c = study.case(label, "all", s)
+            expected = c.tokens_per_s >= 0.9 * d.tokens_per_s and c.peak_bytes < d.peak_bytes
+            assert ((label, s) in near) == expected
+    for f in study.findings_of("fsdp_near_ddp"):
+        assert f.values["memory_saved_bytes"] == f.values["ddp_peak_bytes"] - f.values["peak_bytes"] > 0
+    for rec in study.findings_of("recommendations"):
+        assert rec.values["strategy"] in st.STUDY_STRATEGIES and rec.text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--topologies", "no-such-box"], "unknown topology"),
+    (["--model", "no-such-model"], "unknown model"),
+    (["--topologies", "hgx-h100-8", "--num-gpus", "9"], "--num-gpus 9"),
+    (["--topologies", "hgx-h100-8", "--seq-len", "0"], "--seq-len"),
+])
+def test_bad_input_exits_2_with_one_line(argv, words, tmp_path, capsys):
+    assert main(["study", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("topowise: error:") and words in err[0]
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_measure_without_gpus_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(st, "discover_live", lambda: None)
+    assert main(["study", "--topologies", "hgx-h100-8", "--measure", "--out", str(tmp_path)]) == 2
+    assert "--measure needs NVIDIA GPUs" in capsys.readouterr().err
+
+
+def test_measured_columns_pair_bench_records_with_predictions(tmp_path, monkeypatch):
+    """The bench subprocess is replaced by one that writes the JSONL `bench train` would."""
+    out = tmp_path / "m.jsonl"
+    seen = {}
+
+    def fake_run(cmd, env, timeout):
+        seen["cmd"] = cmd
+        with open(out, "w") as fh:
+            fh.write(json.dumps({"kind": "train", "strategy": "ddp", "status": "ok", "step_time_s": 0.5,
+                                 "peak_memory_bytes": 2 * 1024**3}) + "\n")
+            fh.write(json.dumps({"kind": "train", "strategy": "zero3", "status": "oom"}) + "\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    topo = load_preset("h200-x2")
+    run = st.measure_live(load_model("tiny"), topo, (0, 1), seq_len=256, micro_batch=1, steps=3,
+                          out_jsonl=str(out), strategies=("ddp", "zero3", "zero1"))
+    assert seen["cmd"][2:5] == ["topowise", "bench", "train"] and "--out" in seen["cmd"]
+    rows = {r.strategy: r for r in run.rows}
+    assert rows["ddp"].step_error_pct == pytest.approx(100 * (rows["ddp"].predicted_step_time_s - 0.5) / 0.5)
+    assert rows["ddp"].memory_error_pct == pytest.approx(
+        100 * (rows["ddp"].predicted_peak_bytes - 2 * 1024**3) / (2 * 1024**3))
+    assert rows["zero3"].status == "oom" and rows["zero3"].step_error_pct is None
+    assert rows["zero1"].status == "missing"
+
+
+def test_unknown_live_topology_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(st, "discover_live", lambda: None)
+    with pytest.raises(UsageError, match="live"):
+        st.resolve_topologies(["live"])
+
+
+def test_study_imports_no_torch(tmp_path):
+    code = ("import sys; from topowise.cli.main import main; "
+            f"rc = main(['study', '--model', 'tiny', '--topologies', 'h100-nvl-8', '--out', {str(tmp_path)!r}]); "
+            "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch was imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

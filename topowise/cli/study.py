@@ -1,0 +1,113 @@
+"""`topowise study`: every strategy x topology x placement, predicted; findings, plots, a report.
+
+Runs on a laptop in seconds with no arguments (no torch). `--measure` on a GPU machine adds measured
+columns from `topowise bench train`, run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from topowise.errors import UsageError
+from topowise.report.study import DEFAULT_MODEL, DEFAULT_TOPOLOGIES, MEASURE_MODEL
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"model preset or Hugging Face config.json (default {DEFAULT_MODEL})")
+    parser.add_argument("--topologies", default=None,
+                        help=f"comma-separated presets, topology files or 'live' (default {','.join(DEFAULT_TOPOLOGIES)}"
+                             ", plus the live node when there is one)")
+    parser.add_argument("--out", default="study", help="output folder (default ./study)")
+    parser.add_argument("--num-gpus", type=int, default=None,
+                        help="GPUs per job for the main placement (default: all GPUs of each node)")
+    parser.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (default 4096)")
+    parser.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per step (default 1)")
+    parser.add_argument("--profile", default=None, help="cost-model profile from `topowise calibrate`")
+    parser.add_argument("--measure", action="store_true",
+                        help="also run `bench train` on this machine's GPUs and add measured columns (needs GPUs)")
+    parser.add_argument("--measure-model", default=MEASURE_MODEL,
+                        help=f"model for --measure (default {MEASURE_MODEL}: every strategy fits)")
+    parser.add_argument("--measure-steps", type=int, default=10, help="training steps per strategy for --measure")
+    parser.add_argument("--json", action="store_true", help="print study.json to stdout instead of the summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from topowise.models.spec import load_model
+    from topowise.report import study as st
+    from topowise.report.render import print_summary, write_report
+
+    model = load_model(args.model)
+    names = None if args.topologies is None else [n.strip() for n in args.topologies.split(",") if n.strip()]
+    topologies = st.resolve_topologies(names)
+    profile = _load_profile(args.profile)
+    st.check_study_args(topologies, num_gpus=args.num_gpus, seq_len=args.seq_len, micro_batch=args.micro_batch)
+    live = next((t for label, t in topologies if label == "live"), None)
+    if args.measure:
+        live = live or st.discover_live()
+        if live is None:
+            raise UsageError("--measure needs NVIDIA GPUs on this machine (none found through NVML); "
+                             "run it on a GPU machine, or drop --measure for predictions only")
+        measure_model = load_model(args.measure_model)
+
+    err = Console(stderr=True)
+    study = _run_with_progress(st, model, topologies, args, profile, err)
+    if args.measure:
+        gpus = live.best_subset(args.num_gpus) if args.num_gpus else live.indices
+        out_dir = Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
+        measured = st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
+                                   micro_batch=args.micro_batch, steps=args.measure_steps,
+                                   out_jsonl=str(out_dir / "measured.jsonl"), profile=profile)
+        study = study.with_measured(measured)
+    paths = write_report(study, args.out, command=_command_line(args))
+    if args.json:
+        import json
+
+        print(json.dumps(study.to_dict(), indent=1))
+        return 0
+    print_summary(study, paths)
+    return 0
+
+
+def _run_with_progress(st, model, topologies, args, profile, console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    total = st.study_size(topologies, args.num_gpus)
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("predicting", total=total)
+
+        def advance(what: str) -> None:
+            progress.update(task, advance=1, description=f"predicting {what}")
+
+        return st.run_study(model, topologies, num_gpus=args.num_gpus, seq_len=args.seq_len,
+                            micro_batch=args.micro_batch, profile=profile, advance=advance)
+
+
+def _load_profile(path: str | None):
+    if path is None:
+        return None
+    from topowise.costmodel.profile import load_profile
+
+    return load_profile(path)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this report, from the parsed flags."""
+    words = ["topowise", "study", "--model", args.model]
+    if args.topologies is not None:
+        words += ["--topologies", args.topologies]
+    if args.num_gpus is not None:
+        words += ["--num-gpus", str(args.num_gpus)]
+    words += ["--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]
+    if args.profile:
+        words += ["--profile", args.profile]
+    if args.measure:
+        words += ["--measure", "--measure-model", args.measure_model]
+    return " ".join(shlex.quote(w) for w in words)

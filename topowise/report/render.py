@@ -1,0 +1,258 @@
+"""Render a Study: markdown, self-contained html (plots inlined as base64 PNG), and a rich terminal summary.
+
+The report is built once as a list of blocks (heading, paragraph, list, table, image); markdown and
+html are two renderings of the same blocks, so they never disagree.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from topowise.report.study import GIB, Study
+
+# --- blocks --------------------------------------------------------------------------------------
+
+
+def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> list[tuple]:
+    m = study.model
+    b: list[tuple] = [("h1", f"topowise study: {m['name']}")]
+    b.append(("p", f"{m['name']}: {m['params']:,} parameters ({m['params'] / 1e9:.2f} B), sequence length "
+                   f"{study.seq_len}, micro-batch {study.micro_batch} per GPU, bf16 compute with fp32 master "
+                   f"weights and AdamW; cost model profile: {study.profile}. Every number here is a prediction "
+                   "of topowise's cost model unless a column says measured; every finding is computed from "
+                   "those numbers."))
+    if command:
+        b.append(("p", f"Reproduce: `{command}`"))
+
+    b.append(("h2", "Findings"))
+    titles = {
+        "recommendations": "Recommendation per topology",
+        "nvlink_pcie_ratio": "NVLink vs PCIe bandwidth",
+        "island_slowdown": "Slowdown when a job spans NVLink islands",
+        "ddp_does_not_fit": "Where DDP does not fit",
+        "fsdp_near_ddp": "Where FSDP (zero2/zero3) comes within 10% of DDP with less memory",
+    }
+    empty = {
+        "island_slowdown": "No topology here has both a placement inside one island and one across islands.",
+        "ddp_does_not_fit": "DDP fits everywhere in this study.",
+        "fsdp_near_ddp": "Nowhere here does zero2 or zero3 reach 90% of DDP's tokens/s.",
+    }
+    for kind, title in titles.items():
+        b.append(("h3", title))
+        found = study.findings_of(kind)
+        if not found:
+            b.append(("p", empty.get(kind, "None.")))
+        elif kind == "island_slowdown":  # many numbers of one shape: a table reads better than sentences
+            b.append(("p", "Step time with the GPUs in different NVLink islands over step time with the "
+                           "same number of GPUs inside one island (1.00x = no slowdown)."))
+            b.append(("table", ["topology", "GPUs", "strategy", "inside", "across", "inside ms", "across ms",
+                                "slowdown", "fits"],
+                      [[f.topology, str(v["gpus_per_job"]), v["strategy"], ",".join(map(str, v["inside_gpus"])),
+                        ",".join(map(str, v["across_gpus"])), _ms(v["inside_step_time_s"]),
+                        _ms(v["across_step_time_s"]), f"{v['slowdown']:.2f}x", "yes" if v["fits"] else "no"]
+                       for f in found for v in [f.values]]))
+        else:
+            b.append(("ul", [f.text for f in found]))
+
+    b.append(("h2", "Throughput and memory (all GPUs of each node)"))
+    for name, alt in (("throughput", "predicted tokens/s per strategy per topology"),
+                      ("memory", "predicted peak memory per GPU per strategy per topology, with GPU memory")):
+        if name in plots:
+            b.append(("img", plots[name], alt))
+    if "slowdown" in plots:
+        b.append(("h2", "Spanning islands"))
+        b.append(("img", plots["slowdown"], "step time across islands over inside one island"))
+
+    for t in study.topologies:
+        b.append(("h2", f"Topology {t.label}"))
+        nv = next((f for f in study.findings_of("nvlink_pcie_ratio") if f.topology == t.label), None)
+        islands = "; ".join("{" + ",".join(map(str, i)) + "}" for i in t.islands)
+        b.append(("p", f"{t.name}: {len(t.link_gbps)}x {t.gpu_name}, {t.gpu_memory_bytes / GIB:.1f} GiB each; "
+                       f"NVLink islands: {islands}." + (f" {nv.text}" if nv else "")))
+        key = f"links_{t.label}"
+        if key in plots:
+            b.append(("img", plots[key], f"link matrix of {t.label} in GB/s"))
+        b.append(("table", ["placement", "GPUs", "islands", "ring GB/s"],
+                  [[p.label, ",".join(map(str, p.gpus)), str(p.islands_spanned),
+                    "-" if p.bottleneck_gbps is None else f"{p.bottleneck_gbps:.1f}"] for p in t.placements]))
+        rows = []
+        for p in t.placements:
+            for s in study.strategies:
+                c = study.case(t.label, p.label, s)
+                if c is None:
+                    continue
+                if not c.ok:
+                    rows.append([p.label, s, "-", "-", "-", "-", c.error])
+                    continue
+                rows.append([p.label, s, f"{c.step_time_s * 1000:,.0f}", f"{c.tokens_per_s:,.0f}",
+                             f"{c.peak_bytes / GIB:.1f}", "yes" if c.fits else "no", ""])
+        b.append(("table", ["placement", "strategy", "step ms", "tokens/s", "peak GiB", "fits", "note"], rows))
+
+    if study.measured:
+        r = study.measured
+        b.append(("h2", f"Measured on this machine ({r.topology}, GPUs {','.join(map(str, r.gpus))})"))
+        b.append(("p", f"{r.model}, micro-batch {r.micro_batch}, sequence {r.seq_len}; command: `{r.command}`. "
+                       "Error = (predicted - measured) / measured."))
+        b.append(("table", ["strategy", "status", "predicted ms", "measured ms", "step error %",
+                            "predicted GiB", "measured GiB", "memory error %"],
+                  [[x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
+                    _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
+                    _pct(x.memory_error_pct)] for x in r.rows]))
+    b.append(("p", "All numbers: study.json (every prediction's full breakdown, the findings)."))
+    return b
+
+
+def _ms(v):
+    return "-" if v is None else f"{v * 1000:,.1f}"
+
+
+def _gib(v):
+    return "-" if v is None else f"{v / GIB:.1f}"
+
+
+def _pct(v):
+    return "-" if v is None else f"{v:+.1f}"
+
+
+# --- markdown and html ---------------------------------------------------------------------------
+
+def to_markdown(blocks: list[tuple]) -> str:
+    out = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            out.append("#" * int(kind[1]) + " " + block[1])
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in block[1]))
+        elif kind == "table":
+            headers, rows = block[1], block[2]
+            lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+            out.append("\n".join(lines))
+        elif kind == "img":
+            out.append(f"![{block[2]}]({Path(block[1]).name})")
+    return "\n\n".join(out) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;
+color:#222;line-height:1.45}
+h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #bbb;margin-top:2em}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .6em}
+th{background:#f0f0f0}td{text-align:right}td:first-child,td:nth-child(2),td:last-child{text-align:left}
+img{max-width:100%;border:1px solid #ddd;margin:.5em 0}code{background:#f4f4f4;padding:0 .2em}
+"""
+
+
+def to_html(blocks: list[tuple], title: str) -> str:
+    """One file: styles inline, images as data: URIs, no scripts, no links out."""
+    out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+           f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"]
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            out.append(f"<{kind}>{_inline(block[1])}</{kind}>")
+        elif kind == "p":
+            out.append(f"<p>{_inline(block[1])}</p>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block[1]) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in block[1])
+            body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                           for row in block[2])
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif kind == "img":
+            data = base64.b64encode(Path(block[1]).read_bytes()).decode("ascii")
+            out.append(f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{html.escape(block[2])}\">"
+                       f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _inline(text: str) -> str:
+    """Escape, then turn `code` spans into <code>."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def write_report(study: Study, out_dir: str | Path, command: str = "") -> dict[str, Path]:
+    """DIR/study.json, the PNG plots, DIR/report.md and DIR/report.html; returns name -> path."""
+    from topowise.report.plots import write_plots
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "study.json"
+    json_path.write_text(json.dumps(study.to_dict(), indent=1) + "\n")
+    plots = write_plots(study, out_dir)
+    blocks = report_blocks(study, plots, command)
+    md_path = out_dir / "report.md"
+    md_path.write_text(to_markdown(blocks))
+    html_path = out_dir / "report.html"
+    html_path.write_text(to_html(blocks, f"topowise study: {study.model['name']}"))
+    return {"report.md": md_path, "report.html": html_path, "study.json": json_path, **plots}
+
+
+# --- terminal ------------------------------------------------------------------------------------
+
+def print_summary(study: Study, paths: dict[str, Path], console=None) -> None:
+    """A rich table per topology (all GPUs), the findings, and the files written."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    m = study.model
+    console.print(f"[bold]topowise study[/bold]: {m['name']} ({m['params'] / 1e9:.2f} B params), "
+                  f"seq {study.seq_len}, micro-batch {study.micro_batch}, profile {study.profile}")
+    for t in study.topologies:
+        place = t.placements[0]
+        table = Table(title=f"{t.label}: {len(place.gpus)}x {t.gpu_name} ({t.gpu_memory_bytes / GIB:.0f} GiB)",
+                      title_justify="left")
+        for col, justify in (("strategy", "left"), ("GPUs", "left"), ("tokens/s", "right"),
+                             ("peak GiB", "right"), ("fits", "left")):
+            table.add_column(col, justify=justify)
+        for s in study.strategies:
+            c = study.case(t.label, place.label, s)
+            if c is None:
+                continue
+            if not c.ok:
+                table.add_row(s, ",".join(map(str, c.gpus)), "-", "-", f"[yellow]{c.error}[/yellow]")
+                continue
+            table.add_row(s, ",".join(map(str, c.gpus)), f"{c.tokens_per_s:,.0f}", f"{c.peak_bytes / GIB:.1f}",
+                          "[green]yes[/green]" if c.fits else "[red]no[/red]")
+        console.print(table)
+    if study.measured:
+        r = study.measured
+        table = Table(title=f"measured: {r.model} on {r.topology}", title_justify="left")
+        for col in ("strategy", "status", "pred ms", "meas ms", "err %", "pred GiB", "meas GiB", "err %"):
+            table.add_column(col)
+        for x in r.rows:
+            table.add_row(x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
+                          _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
+                          _pct(x.memory_error_pct))
+        console.print(table)
+    console.print("[bold]Findings[/bold]")
+    for kind in ("recommendations", "nvlink_pcie_ratio", "ddp_does_not_fit", "fsdp_near_ddp"):
+        for f in study.findings_of(kind):
+            console.print(f"  - {f.text}", markup=False, highlight=False)
+    slow = study.findings_of("island_slowdown")
+    if slow:
+        worst = max(slow, key=lambda f: f.values["slowdown"])
+        console.print(f"  - {len(slow)} island-slowdown figures (report.md); the largest: {worst.text}",
+                      markup=False, highlight=False)
+    console.print("[bold]Wrote[/bold]")
+    for name in ("report.md", "report.html", "study.json"):
+        if name in paths:
+            console.print(f"  {paths[name]}", markup=False, highlight=False)
+    pngs = [p for k, p in paths.items() if str(p).endswith(".png")]
+    if pngs:
+        console.print(f"  {len(pngs)} plots in {pngs[0].parent}: " + ", ".join(p.name for p in pngs),
+                      markup=False, highlight=False)
