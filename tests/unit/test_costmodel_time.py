@@ -116,6 +116,8 @@ def test_step_adds_up_and_hsdp_default_group():
     assert p.shard_group_size == 2  # the bridged pairs
     assert p.step_time_s == pytest.approx(t.compute_s + t.memory_bound_s + t.optimizer_s + t.exposed_comm_s)
     assert p.tokens_per_s == pytest.approx(8 * 4096 / p.step_time_s)
+    assert predict(m, load_preset("h200-nvl-8"), (0, 1, 2), "hsdp").shard_group_size == 3  # one island
+    assert predict(m, load_preset("h100-nvl-8"), (0, 2), "hsdp").shard_group_size == 2  # islands of 2
     with pytest.raises(UsageError, match="8 % 3 = 2"):
         predict(m, load_preset("h100-nvl-8"), tuple(range(8)), "hsdp", shard_group_size=3)
 

@@ -133,9 +133,12 @@ class Prediction:
 
 
 def default_shard_group_size(topo: Topology, gpus: tuple[int, ...]) -> int:
-    """The chosen GPUs per NVLink island they lie in (the gcd when islands hold different counts)."""
-    counts = [len(set(isl) & set(gpus)) for isl in topo.islands_spanned(gpus)]
-    return math.gcd(*counts) if counts else 1
+    """The size of the NVLink island the GPUs lie in: all of them when they share one island, else the
+    smallest spanned island's size reduced to divide the GPU count (gcd), so groups follow islands."""
+    spanned = topo.islands_spanned(gpus)
+    if len(spanned) <= 1:
+        return len(gpus)
+    return math.gcd(len(gpus), min(len(isl) for isl in spanned))
 
 
 def check_shard_group_size(size: int, num_gpus: int) -> None:
