@@ -12,9 +12,11 @@ import datetime
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 
 from topowise.errors import UsageError
@@ -79,8 +81,14 @@ def torchrun_command(entry: str, config_path: str, nproc: int) -> list[str]:
 
 
 def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None = None,
-           timeout_s: float | None = None) -> int:
-    """Run `entry(config)` on every rank; returns the exit status (0 when all ranks succeeded)."""
+           timeout_s: float | None = None, heartbeat: str | None = None, stderr_path: str | None = None) -> int:
+    """Run `entry(config)` on every rank; returns the exit status (0 when all ranks succeeded).
+
+    timeout_s bounds the whole run, or, with `heartbeat` (a file the ranks rewrite as they make
+    progress), the time since that file last changed: a long sweep may run for as long as it keeps
+    moving, a hung call ends. On timeout the ranks are stopped and 124 is returned. stderr_path, when
+    given, receives the ranks' and torchrun's stderr instead of the terminal.
+    """
     if in_job():
         if env:
             os.environ.update(env)  # e.g. NCCL_P2P_DISABLE for --fabric pcie; read at NCCL init
@@ -94,14 +102,58 @@ def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None =
     child_env = dict(os.environ, **(env or {}))  # multicast switches (NCCL_NVLS_ENABLE, ...) pass through
     child_env.setdefault("OMP_NUM_THREADS", "1")
     child_env.setdefault("PYTHONUNBUFFERED", "1")
+    err = open(stderr_path, "w") if stderr_path else None
     try:
-        done = subprocess.run(torchrun_command(entry, config_path, nproc), env=child_env, timeout=timeout_s)
-        return done.returncode
-    except subprocess.TimeoutExpired:
-        sys.stderr.write(f"topowise: error: {entry} did not finish within {timeout_s:.0f} s\n")
-        return 124
+        # A session of its own, so that a timeout can stop torchrun and every rank it started.
+        proc = subprocess.Popen(torchrun_command(entry, config_path, nproc), env=child_env, stderr=err,
+                                start_new_session=True)
+        try:
+            status = _wait(proc, timeout_s, heartbeat)
+            if status == 124 and heartbeat is None:
+                sys.stderr.write(f"topowise: error: {entry} did not finish within {timeout_s:.0f} s\n")
+            return status
+        except BaseException:
+            _stop(proc)
+            raise
     finally:
+        if err:
+            err.close()
         os.unlink(config_path)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None, heartbeat: str | None) -> int:
+    started = time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if timeout_s is None:
+            continue
+        since = started
+        if heartbeat:
+            try:  # wall-clock mtime -> the same monotonic scale
+                since = max(started, time.monotonic() - (time.time() - os.path.getmtime(heartbeat)))
+            except OSError:
+                pass
+        if time.monotonic() - since > timeout_s:
+            _stop(proc)
+            return 124
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group we started (torchrun and its ranks), SIGKILL if it lingers."""
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _call(entry: str, config: dict) -> None:

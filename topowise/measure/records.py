@@ -1,0 +1,77 @@
+"""Result files: JSON Lines, one record appended and flushed at a time, so an interrupted run loses nothing.
+
+`bench comm` and `bench train` both write through here; `--resume` asks `done_keys` what is already there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Hashable, Iterable
+
+
+def append_record(path: str | os.PathLike, record: dict) -> None:
+    """Append one record as one line, flushed and fsynced before returning."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=False, allow_nan=False, default=_plain)
+    with open(path, "a", encoding="utf-8") as fh:
+        if fh.tell() > 0 and not _ends_with_newline(path):
+            fh.write("\n")  # a previous run died mid-line: start clean rather than glue onto it
+        fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_records(path: str | os.PathLike, *, kind: str | None = None) -> list[dict]:
+    """Every complete record in the file (a missing file is an empty list). A truncated or
+    garbled line, which an interrupted writer can leave, is skipped; `kind` filters on record["kind"]."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and (kind is None or rec.get("kind") == kind):
+                out.append(rec)
+    return out
+
+
+def done_keys(path: str | os.PathLike, key_fn: Callable[[dict], Hashable | None]) -> set:
+    """The keys of the records already in `path`; key_fn returns None for records that do not count."""
+    keys = set()
+    for rec in read_records(path):
+        try:
+            key = key_fn(rec)
+        except (KeyError, TypeError):
+            continue
+        if key is not None:
+            keys.add(key)
+    return keys
+
+
+def write_records(path: str | os.PathLike, records: Iterable[dict]) -> None:
+    for rec in records:
+        append_record(path, rec)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def _plain(value):
+    """JSON for the odd non-JSON value (a tuple is already fine; a Path or a numpy scalar is not)."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
