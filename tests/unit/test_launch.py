@@ -1,0 +1,75 @@
+"""launch: plan -> (argv, env), printed with --dry-run, exec'd otherwise; foreign plan files refused."""
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from topowise.cli.main import main
+
+
+@pytest.fixture
+def plan_file(tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
+                 "--save-plan", str(path), "--json"]) == 0
+    capsys.readouterr()
+    return path
+
+
+def test_dry_run_prints_env_then_torchrun(plan_file, capsys):
+    assert main(["launch", "--plan", str(plan_file), "--dry-run", "--", "python", "-m", "my.train", "--tag", "a b"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    assert words[0] == "CUDA_VISIBLE_DEVICES=0,1"
+    start = words.index("torchrun")
+    assert all("=" in w for w in words[:start])
+    assert words[start:] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", "-m", "my.train",
+                             "--tag", "a b"]
+
+
+def test_dry_run_from_plan_flags_with_pcie_fabric(capsys):
+    assert main(["launch", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
+                 "--fabric", "pcie", "--dry-run", "--", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL_P2P_DISABLE=1" in out and out.rstrip().endswith("train.py")
+
+
+@pytest.mark.parametrize("content,match", [
+    ('{"format": "topowise.topology", "version": 1}', "not a topowise plan"),
+    ("hello", "not a topowise plan"),
+    ('{"format": "topowise.plan", "version": 2}', "version 2"),
+])
+def test_foreign_plan_file_exit_2(tmp_path, capsys, content, match):
+    path = tmp_path / "x.json"
+    path.write_text(content)
+    assert main(["launch", "--plan", str(path), "--dry-run", "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("topowise: error: ") and match in err and err.count("\n") == 1
+
+
+def test_launch_needs_a_command_and_a_plan(plan_file, capsys):
+    assert main(["launch", "--plan", str(plan_file), "--dry-run"]) == 2
+    assert "no command to run" in capsys.readouterr().err
+    assert main(["launch", "--dry-run", "--", "train.py"]) == 2
+    assert "--plan FILE, or --model and --topology" in capsys.readouterr().err
+    assert main(["launch", "--plan", str(plan_file), "--num-gpus", "4", "--dry-run", "--", "t.py"]) == 2
+    assert "drop --num-gpus" in capsys.readouterr().err
+
+
+def test_launch_nothing_fits_exit_2(capsys):
+    assert main(["launch", "--model", "llama3.1-70b", "--topology", "h100-nvl-8", "--dry-run", "--", "t.py"]) == 2
+    assert "nothing to launch" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+def test_launch_execs_torchrun_with_the_plan_env(plan_file):
+    """A real launch on CPU: two ranks, each seeing the plan's CUDA_VISIBLE_DEVICES."""
+    pytest.importorskip("torch")
+    code = "import os; print('rank', os.environ['RANK'], os.environ['CUDA_VISIBLE_DEVICES'], os.environ['WORLD_SIZE'])"
+    done = subprocess.run([sys.executable, "-m", "topowise", "launch", "--plan", str(plan_file), "--",
+                           "python", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = sorted(l for l in done.stdout.splitlines() if l.startswith("rank"))
+    assert lines == ["rank 0 0,1 2", "rank 1 0,1 2"]

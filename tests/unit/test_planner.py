@@ -1,0 +1,186 @@
+"""Planner: candidates are island-aware, the search ranks and prunes honestly, the words match the numbers."""
+
+import json
+
+import pytest
+
+from topowise.cli.main import main
+from topowise.errors import UsageError
+from topowise.models.spec import load_model
+from topowise.planner.candidates import (enumerate_candidates, gpu_counts, placements, shard_group_sizes,
+                                         strategy_options)
+from topowise.planner.explain import gpu_list, groups_text
+from topowise.planner.search import plan
+from topowise.topology.presets import load_preset
+
+NVL = load_preset("h100-nvl-8")
+HGX = load_preset("hgx-h100-8")
+
+
+# --- candidates ----------------------------------------------------------------------------------
+def test_gpu_counts_are_islands_powers_of_two_and_the_node():
+    assert gpu_counts(NVL) == (1, 2, 4, 8)
+    assert gpu_counts(load_preset("h200-x2")) == (1, 2)
+    assert gpu_counts(NVL, 3) == (3,)
+
+
+def test_placements_are_island_aware_not_all_subsets():
+    two = dict(placements(NVL, 2))
+    assert two["best"] == (0, 1)  # a bridged pair
+    assert len(NVL.islands_spanned(two["spread"])) == 2  # the across-islands alternative
+    assert len(placements(NVL, 4)) <= 3
+    # on an NVSwitch board every placement is the same: one candidate, not C(8, k)
+    assert len(placements(HGX, 4)) == 1
+
+
+def test_hsdp_shard_sizes_divide_the_count():
+    assert shard_group_sizes(NVL, 8) == (2, 4)
+    assert shard_group_sizes(NVL, 2) == ()
+    assert shard_group_sizes(load_preset("h200-nvl-8"), 8) == (2, 4)
+    assert strategy_options(NVL, 1) == (("ddp", None),)
+    assert ("hsdp", 2) in strategy_options(NVL, 4)
+
+
+def test_candidates_cover_the_grid_with_micro_batches_ascending():
+    cands = enumerate_candidates(NVL, num_gpus=2, micro_batches=(4, 1))
+    assert {c.micro_batch for c in cands} == {1, 4}
+    assert {c.activation_checkpointing for c in cands} == {False, True}
+    assert {c.strategy for c in cands} == {"ddp", "zero1", "zero2", "zero3"}
+    assert {c.gpus for c in cands} == {(0, 1), (0, 2)}
+    for a, b in zip(cands, cands[1:]):
+        if a.group_key == b.group_key:
+            assert a.micro_batch < b.micro_batch
+
+
+# --- search --------------------------------------------------------------------------------------
+def test_two_gpus_on_nvl_pick_a_bridged_pair():
+    result = plan(load_model("llama3.2-1b"), NVL, num_gpus=2)
+    best = result.best
+    assert best.gpus == (0, 1) and NVL.link(0, 1).is_nvlink
+    across = [p for p in result.ranked if p.gpus == (0, 2)]
+    assert across and all(p.prediction.tokens_per_s < best.prediction.tokens_per_s for p in across)
+    assert any("one NVLink island (0,1)" in n for n in result.notes)
+
+
+def test_plans_ranked_by_global_tokens_per_s_and_all_fit():
+    result = plan(load_model("llama3.2-1b"), NVL, top=5)
+    tps = [p.prediction.tokens_per_s for p in result.plans]
+    assert tps == sorted(tps, reverse=True) and len(tps) == 5
+    assert all(p.prediction.fits for p in result.plans)
+    assert result.feasible + len(result.infeasible) == result.evaluated
+    # one row per distinct (strategy, shard groups, GPUs)
+    keys = [(p.strategy, p.shard_group_size, p.gpus) for p in result.ranked]
+    assert len(keys) == len(set(keys))
+
+
+def test_infeasible_reason_states_the_memory():
+    result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2)
+    ddp = [i for i in result.infeasible if i.strategy == "ddp"]
+    assert ddp
+    need = ddp[0].peak_memory_bytes / 2**30
+    assert ddp[0].reason.startswith(f"needs {need:.1f} GiB, the GPU has 87.5 GiB")
+    assert "over by" in ddp[0].reason
+    # ddp cannot hold llama3.1-8b's training state on 2x 94 GB; zero3 can, and the note says so
+    assert result.best.strategy in ("zero3", "zero2")
+    assert any(n.startswith("ddp does not fit on 2 GPUs") for n in result.notes)
+
+
+def test_micro_batch_pruning_stops_at_the_first_miss():
+    result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2)
+    for miss in result.infeasible:
+        bigger = [p for p in result.ranked if (p.strategy, p.gpus, p.shard_group_size, p.activation_checkpointing)
+                  == (miss.strategy, miss.gpus, miss.shard_group_size, miss.activation_checkpointing)
+                  and p.micro_batch > miss.micro_batch]
+        assert not bigger
+
+
+def test_nothing_fits_gives_a_suggestion_with_memory():
+    result = plan(load_model("llama3.1-70b"), NVL)
+    assert not result.plans and result.infeasible
+    assert result.suggestion and "GiB" in result.suggestion and "zero3" in result.suggestion
+
+
+def test_suggestion_names_more_gpus_when_they_would_fit():
+    result = plan(load_model("llama3.1-8b"), NVL, num_gpus=1)
+    assert not result.plans
+    assert "More GPUs would" in result.suggestion
+
+
+def test_suggestion_names_a_smaller_micro_batch_first():
+    result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2, micro_batches=(64,))
+    assert not result.plans
+    assert "smaller micro-batch would fit" in result.suggestion
+
+
+def test_why_draws_on_the_numbers():
+    result = plan(load_model("llama3.2-1b"), NVL, num_gpus=2)
+    best = result.best
+    assert f"{best.prediction.tokens_per_s:,.0f} tokens/s" in best.why
+    second = result.plans[1]
+    ratio = round(100 * second.prediction.tokens_per_s / best.prediction.tokens_per_s)
+    assert f"{ratio}% of the throughput" in second.why
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"num_gpus": 9}, "has 8 GPUs"), ({"num_gpus": 0}, "has 8 GPUs"), ({"micro_batches": (0,)}, "micro-batch"),
+    ({"seq_len": 0}, "sequence length"), ({"top": 0}, "--top"), ({"fabric": "ib"}, "fabric"),
+])
+def test_bad_plan_arguments(kwargs, match):
+    with pytest.raises(UsageError, match=match):
+        plan(load_model("tiny"), NVL, **kwargs)
+
+
+def test_plan_result_json_keys():
+    data = plan(load_model("llama3.1-8b"), NVL, num_gpus=2).to_dict()
+    assert set(data) >= {"plans", "infeasible", "suggestion"}
+    assert set(data["plans"][0]) >= {"strategy", "gpus", "micro_batch", "activation_checkpointing", "step_time_s",
+                                     "tokens_per_s", "peak_memory_bytes", "fits", "why"}
+    assert set(data["infeasible"][0]) >= {"strategy", "gpus", "micro_batch", "activation_checkpointing", "reason"}
+    json.dumps(data)
+
+
+def test_words_for_gpu_sets():
+    assert gpu_list((0, 1, 2, 3)) == "0-3" and gpu_list((0, 2)) == "0,2"
+    assert groups_text(tuple(range(8)), 2) == "{0,1},{2,3},..."
+
+
+# --- the command line ----------------------------------------------------------------------------
+def test_plan_cli_json(capsys):
+    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2", "--top", "2",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plans"][0]["gpus"] == [0, 1] and len(data["plans"]) == 2
+
+
+def test_plan_cli_table_and_export(capsys):
+    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
+                 "--export", "torchrun"]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA_VISIBLE_DEVICES=0,1" in out and "--nproc-per-node=2" in out
+
+
+def test_plan_cli_save_plan_and_out(tmp_path, capsys):
+    saved, out = tmp_path / "plan.json", tmp_path / "ds.json"
+    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
+                 "--save-plan", str(saved), "--export", "deepspeed", "--out", str(out), "--json"]) == 0
+    plan_file = json.loads(saved.read_text())
+    assert plan_file["format"] == "topowise.plan" and plan_file["version"] == 1
+    assert plan_file["model"] == "llama3.2-1b" and plan_file["topology"] == "h100-nvl-8"
+    assert plan_file["nproc"] == 2 and plan_file["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert "zero_optimization" in json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--model", "no-such", "--topology", "h100-nvl-8"], "unknown model"),
+    (["--model", "tiny", "--topology", "no-such"], "unknown topology"),
+    (["--model", "tiny", "--topology", "h100-nvl-8", "--num-gpus", "16"], "--num-gpus 16"),
+    (["--model", "tiny", "--topology", "h100-nvl-8", "--micro-batch", "0"], "--micro-batch"),
+    (["--model", "tiny", "--topology", "h100-nvl-8", "--micro-batch", "two"], "--micro-batch"),
+    (["--model", "tiny", "--topology", "h100-nvl-8", "--seq-len", "-1"], "--seq-len"),
+    (["--model", "llama3.1-70b", "--topology", "h100-nvl-8", "--export", "slurm"], "nothing fits"),
+])
+def test_plan_cli_bad_input_is_one_line_exit_2(argv, match, capsys):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("topowise: error: ") and match in err
+    assert err.count("\n") == 1 and "Traceback" not in err

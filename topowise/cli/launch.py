@@ -1,0 +1,82 @@
+"""`topowise launch`: run a command under torchrun with a plan's GPUs and environment.
+
+    topowise launch --plan plan.json -- train.py --lr 3e-4
+    topowise launch --model llama3.1-8b --topology h100-nvl-8 --num-gpus 2 --dry-run -- train.py
+
+The argv and environment come from `export.torchrun.launch_config` (a pure function); this module
+only replaces itself with torchrun (os.execvpe, never a shell). The caller's environment passes
+through, NCCL_NVLS_ENABLE and other switches included; the plan's variables go on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+from topowise.errors import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from topowise.cli.plan import add_plan_arguments
+
+    parser.add_argument("--plan", metavar="FILE", help="a plan from `topowise plan --save-plan FILE`")
+    add_plan_arguments(parser, required=False)
+    parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                        help="the training command, after --")
+
+
+def launch_plan_from_args(args: argparse.Namespace):
+    """A LaunchPlan from --plan FILE, or planned now from the plan flags."""
+    from topowise.export import LaunchPlan, load_plan_file
+
+    if args.plan:
+        given = [f for f in ("model", "topology", "num_gpus", "gpus", "micro_batch", "profile") if getattr(args, f)]
+        if given:
+            raise UsageError(f"--plan already says what to run; drop --{given[0].replace('_', '-')}")
+        return load_plan_file(args.plan)
+    if not (args.model and args.topology):
+        raise UsageError("give --plan FILE, or --model and --topology to plan now")
+    from topowise.cli.plan import plan_from_args
+
+    result, topo = plan_from_args(args, top=1)
+    if result.best is None:
+        raise UsageError(f"nothing fits, so there is nothing to launch: {result.suggestion}")
+    return LaunchPlan.from_plan(result.best, result, topo)
+
+
+def command_of(args: argparse.Namespace) -> list[str]:
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return cmd
+
+
+def torchrun_prefix() -> tuple[str, ...]:
+    """`torchrun` on PATH, else this Python's `-m torch.distributed.run`."""
+    if shutil.which("torchrun"):
+        return ("torchrun",)
+    return (sys.executable, "-m", "torch.distributed.run")
+
+
+def run(args: argparse.Namespace) -> int:
+    from topowise.export.torchrun import launch_config, shell_line
+
+    plan = launch_plan_from_args(args)
+    command = command_of(args)
+    torchrun = ("torchrun",) if args.dry_run else torchrun_prefix()
+    argv, env = launch_config(plan, command, torchrun)
+    for warning in plan.warnings:
+        sys.stderr.write(f"topowise: warning: {warning}\n")
+    if args.dry_run:
+        print(shell_line(argv, env))
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, {**os.environ, **env})
+    except OSError as exc:
+        raise UsageError(f"cannot start {argv[0]}: {exc.strerror}") from None
+    return 0  # not reached

@@ -1,0 +1,149 @@
+"""`topowise plan`: rank strategies and GPU placements, say why, export a launch config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from topowise.errors import UsageError
+
+EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan")
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """The flags that describe what to plan (shared with `topowise launch`)."""
+    parser.add_argument("--model", required=required, metavar="M", help="a model preset or a config.json path")
+    parser.add_argument("--topology", required=required, metavar="T", help="a topology preset or file")
+    parser.add_argument("--num-gpus", metavar="K", help="plan for K GPUs (default: each island size and the node)")
+    parser.add_argument("--gpus", metavar="LIST", help="plan on exactly these GPUs, e.g. 0,1 or 0-3")
+    parser.add_argument("--micro-batch", metavar="B", help="micro-batch per GPU (default: try 1, 2, 4, 8)")
+    parser.add_argument("--seq-len", metavar="L", default="4096", help="sequence length (default 4096)")
+    parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
+                        help="pcie: as if NVLink were not there (exports set NCCL_P2P_DISABLE=1)")
+    parser.add_argument("--profile", metavar="FILE", help="a calibrated cost-model profile (topowise calibrate)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser)
+    parser.add_argument("--top", metavar="N", default="5", help="show the N best plans (default 5)")
+    parser.add_argument("--export", choices=EXPORTS, help="render the best plan for this launcher")
+    parser.add_argument("--out", metavar="FILE", help="write the export here instead of printing it")
+    parser.add_argument("--save-plan", metavar="FILE", help="write the best plan as JSON for `topowise launch --plan`")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def positive_int(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a positive integer (e.g. {flag} 2)") from None
+    if value < 1:
+        raise UsageError(f"{flag} {text!r} is not a positive integer (e.g. {flag} 2)")
+    return value
+
+
+def plan_from_args(args: argparse.Namespace, top: int = 5):
+    """(PlanResult, Topology) for the plan flags."""
+    from topowise.models.spec import load_model
+    from topowise.planner.search import plan
+    from topowise.topology import load_topology
+    from topowise.topology.model import parse_gpu_list
+
+    num_gpus = positive_int(args.num_gpus, "--num-gpus")
+    micro_batch = positive_int(args.micro_batch, "--micro-batch")
+    seq_len = positive_int(args.seq_len, "--seq-len")
+    model = load_model(args.model)
+    topo = load_topology(args.topology)
+    if num_gpus is not None and num_gpus > topo.num_gpus:
+        raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
+    gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
+    profile = None
+    if args.profile:
+        from topowise.costmodel.profile import load_profile
+
+        profile = load_profile(args.profile)
+    result = plan(model, topo, num_gpus=num_gpus, gpus=gpus, micro_batches=(micro_batch,) if micro_batch else None,
+                  seq_len=seq_len, profile=profile, top=top, fabric=args.fabric)
+    return result, topo
+
+
+def run(args: argparse.Namespace) -> int:
+    from topowise.export import LaunchPlan, render
+
+    top = positive_int(args.top, "--top")
+    result, topo = plan_from_args(args, top=top)
+    chosen = LaunchPlan.from_plan(result.best, result, topo) if result.best else None
+    exported = render(args.export, chosen) if args.export and chosen else None
+    if (args.export or args.save_plan) and chosen is None:
+        _show(result, args.json)
+        raise UsageError("nothing fits, so there is no plan to export or save (see the suggestion above)")
+    if args.save_plan:
+        _write(args.save_plan, chosen.to_json() + "\n")
+    if exported is not None and args.out:
+        _write(args.out, exported)
+    if args.json:
+        data = result.to_dict()
+        if exported is not None:
+            data["export"] = {"kind": args.export, "text": exported, "path": args.out}
+        if args.save_plan:
+            data["saved_plan"] = args.save_plan
+        print(json.dumps(data, indent=2))
+        return 0
+    _show(result, False)
+    if exported is not None and not args.out:
+        print(exported, end="")
+    for what, path in (("plan", args.save_plan), (args.export, args.out)):
+        if path:
+            print(f"wrote {what} to {path}")
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+def _show(result, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from topowise.planner.explain import gpu_list, groups_text
+
+    console = Console()
+    title = (f"{result.model} on {result.topology}, seq {result.seq_len}"
+             f"{' (PCIe what-if)' if result.fabric == 'pcie' else ''}: {result.feasible} of "
+             f"{result.evaluated} predicted candidates fit")
+    if result.plans:
+        table = Table(title=title, show_lines=True)
+        for col, kw in (("#", {"justify": "right"}), ("strategy", {}), ("GPUs", {}), ("mb", {"justify": "right"}),
+                        ("AC", {}), ("step ms", {"justify": "right"}), ("tokens/s", {"justify": "right"}),
+                        ("peak GiB", {"justify": "right"}), ("why", {"ratio": 1})):
+            table.add_column(col, **kw)
+        for i, p in enumerate(result.plans, 1):
+            strategy = p.strategy + (f" {groups_text(p.gpus, p.shard_group_size)}" if p.shard_group_size else "")
+            pred = p.prediction
+            table.add_row(str(i), strategy, gpu_list(p.gpus), str(p.micro_batch),
+                          "on" if p.activation_checkpointing else "off", f"{pred.step_time_s * 1e3:,.0f}",
+                          f"{pred.tokens_per_s:,.0f}", f"{pred.memory.peak_bytes / 2**30:.1f}", p.why)
+        console.print(table)
+    else:
+        console.print(f"[bold]{title}[/bold]")
+    for note in result.notes:
+        console.print(f"- {note}", highlight=False)
+    if result.infeasible:
+        shown = result.infeasible[:3]
+        console.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
+        for i in shown:
+            ac = ", AC" if i.activation_checkpointing else ""
+            console.print(f"  {i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{ac}: {i.reason}",
+                          highlight=False)
+    if result.suggestion:
+        console.print(f"[bold]suggestion:[/bold] {result.suggestion}", highlight=False)

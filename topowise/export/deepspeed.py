@@ -1,0 +1,60 @@
+"""DeepSpeed: a config JSON (ZeRO stage, buckets sized to the link, bf16, micro-batch).
+
+ddp -> stage 0, zero1/2/3 -> stage 1/2/3. hsdp -> stage 3 with ZeRO++ hpZ (`zero_hpz_partition_size`
+= the shard group): DeepSpeed's nearest form, a secondary parameter shard inside each NVLink island
+so the backward all-gathers stay there (MiCS, the exact HSDP analogue, is gone from DeepSpeed 0.19).
+
+Buckets: a collective of S bytes over a link of B bytes/s with start-up latency alpha runs at
+S / (S + alpha B) of the link rate, so S = 9 alpha B reaches 90%. Larger buckets buy nothing but
+memory and a later start of the overlap.
+"""
+
+from __future__ import annotations
+
+import json
+
+from topowise.export import LaunchPlan
+
+# Start-up latency of an NCCL collective: all_reduce on 2x H200 NV18 takes 79.5 us at 16 MiB and
+# 3.26 ms at 1 GiB (facts.md nccl-tests table), a line t = alpha + S/B with alpha = 29 us, B = 332 GB/s.
+ALPHA_S = 29e-6
+TARGET_EFFICIENCY = 0.9
+MIN_BUCKET_ELEMENTS = 1_000_000  # below this, per-bucket launch overhead dominates whatever the link
+MAX_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed's own default reduce/allgather bucket size
+STAGES = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hsdp": 3}
+
+
+def bucket_elements(link_gbps: float | None, bytes_per_element: int) -> int:
+    """Elements per bucket so one collective reaches TARGET_EFFICIENCY of the link (rounded to 1e6)."""
+    if not link_gbps or link_gbps == float("inf"):
+        return MAX_BUCKET_ELEMENTS  # one GPU or an unknown link: DeepSpeed's default
+    ratio = TARGET_EFFICIENCY / (1 - TARGET_EFFICIENCY)
+    size_bytes = ratio * ALPHA_S * link_gbps * 1e9
+    elements = round(size_bytes / bytes_per_element / 1e6) * 1_000_000
+    return int(min(max(elements, MIN_BUCKET_ELEMENTS), MAX_BUCKET_ELEMENTS))
+
+
+def deepspeed_config(plan: LaunchPlan) -> dict:
+    stage = STAGES[plan.strategy]
+    zero: dict = {"stage": stage}
+    if stage > 0:
+        zero.update(overlap_comm=True, contiguous_gradients=True,
+                    reduce_bucket_size=bucket_elements(plan.link_gbps, 4))  # fp32 gradients reduced
+    if stage in (1, 2):
+        zero["allgather_bucket_size"] = bucket_elements(plan.link_gbps, 2)  # bf16 parameters gathered
+    if stage == 3:
+        zero["stage3_prefetch_bucket_size"] = bucket_elements(plan.link_gbps, 2)
+    if plan.strategy == "hsdp" and plan.shard_group_size:
+        zero["zero_hpz_partition_size"] = plan.shard_group_size
+    return {
+        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": True},
+        "zero_optimization": zero,
+        "gradient_clipping": 1.0,
+        "wall_clock_breakdown": False,
+    }
+
+
+def deepspeed_config_json(plan: LaunchPlan) -> str:
+    return json.dumps(deepspeed_config(plan), indent=2) + "\n"

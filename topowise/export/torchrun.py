@@ -1,0 +1,59 @@
+"""torchrun: the command line and environment that run a plan on one node.
+
+`launch_config` is the pure function `topowise launch` runs (argv, env); `torchrun_script` is the same
+as shell text to paste.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from topowise.errors import UsageError
+from topowise.export import LaunchPlan
+
+PYTHONS = ("python", "python3")
+
+
+def script_args(command: list[str] | tuple[str, ...]) -> list[str]:
+    """What follows torchrun's own flags: a script, `-m module`, or `--no-python CMD` for anything else.
+
+    torchrun starts Python itself, so a leading `python`/`python3` is dropped (its `-m` kept).
+    """
+    cmd = list(command)
+    if not cmd:
+        raise UsageError("no command to run: put it after `--`, e.g. `topowise launch --plan p.json -- train.py`")
+    if cmd[0].rsplit("/", 1)[-1] in PYTHONS:
+        if len(cmd) == 1:
+            raise UsageError("`python` alone is not a training command: give the script or `-m module` after it")
+        if cmd[1] == "-m" or cmd[1].endswith(".py"):
+            return cmd[1:]
+        return ["--no-python", *cmd]  # python -c ..., python -u x.py: torchrun cannot take those itself
+    if cmd[0] == "-m" or cmd[0].endswith(".py"):
+        return cmd
+    return ["--no-python", *cmd]
+
+
+def torchrun_argv(plan: LaunchPlan, command, torchrun: tuple[str, ...] = ("torchrun",)) -> list[str]:
+    """One node, a local c10d store (`--standalone`), one process per planned GPU."""
+    return [*torchrun, "--standalone", "--nnodes=1", f"--nproc-per-node={plan.nproc}", *script_args(command)]
+
+
+def launch_config(plan: LaunchPlan, command, torchrun: tuple[str, ...] = ("torchrun",)) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) for os.execvpe: env is what to set on top of the caller's environment."""
+    env = dict(plan.env)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun sets 1 with a warning anyway; say it here
+    return torchrun_argv(plan, command, torchrun), env
+
+
+def shell_line(argv: list[str], env: dict[str, str]) -> str:
+    """`VAR=value ... cmd args`, each word quoted for a POSIX shell."""
+    assignments = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    return " ".join(assignments + [shlex.join(argv)])
+
+
+def torchrun_script(plan: LaunchPlan, command=("train.py",)) -> str:
+    argv, env = launch_config(plan, command)
+    lines = [f"# topowise plan: {plan.summary()}"]
+    lines += [f"# warning: {w}" for w in plan.warnings]
+    lines.append(shell_line(argv, env))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,53 @@
+"""torchtitan: the `torchtitan.train` overrides that express a plan.
+
+Flag names as in torchtitan's config dataclasses (torchtitan/config/configs.py: ParallelismConfig,
+ActivationCheckpointConfig, TrainingConfig). The model itself comes from your torchtitan config
+(`--module ... --config ...`, or `--job.config_file` in older releases); these flags override it.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from topowise.export import LaunchPlan
+
+# strategy -> (data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward)
+# torchtitan has no ZeRO-1: its nearest is FSDP that keeps parameters gathered after forward (ZeRO-2).
+
+
+def torchtitan_args(plan: LaunchPlan) -> list[str]:
+    n = plan.nproc
+    if plan.strategy == "ddp":
+        replicate, shard, reshard = n, 1, None
+    elif plan.strategy == "hsdp" and plan.shard_group_size:
+        replicate, shard, reshard = n // plan.shard_group_size, plan.shard_group_size, "always"
+    elif plan.strategy in ("zero1", "zero2"):
+        replicate, shard, reshard = 1, n, "never"
+    else:  # zero3
+        replicate, shard, reshard = 1, n, "always"
+    args = [
+        "--parallelism.data_parallel_replicate_degree", str(replicate),
+        "--parallelism.data_parallel_shard_degree", str(shard),
+    ]
+    if reshard and shard > 1:
+        args += ["--parallelism.fsdp_reshard_after_forward", reshard]
+    args += [
+        "--activation_checkpoint.mode", "full" if plan.activation_checkpointing else "none",
+        "--training.local_batch_size", str(plan.micro_batch),
+        "--training.seq_len", str(plan.seq_len),
+    ]
+    return args
+
+
+def torchtitan_command(plan: LaunchPlan) -> str:
+    lines = [f"# topowise plan: {plan.summary()}"]
+    lines += [f"# warning: {w}" for w in plan.warnings]
+    if plan.strategy == "zero1":
+        lines.append("# torchtitan has no ZeRO-1; FSDP with reshard_after_forward=never (ZeRO-2) is the nearest")
+    lines.append("# add your model's config: --module <recipes module> --config <function> (e.g. llama3_8b)")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
+    head = f"{env} NGPU={plan.nproc} torchrun --standalone --nnodes=1 --nproc-per-node={plan.nproc} -m torchtitan.train"
+    args = torchtitan_args(plan)
+    pairs = [f"  {args[i]} {shlex.quote(args[i + 1])}" for i in range(0, len(args), 2)]
+    lines.append(" \\\n".join([head] + pairs))
+    return "\n".join(lines) + "\n"

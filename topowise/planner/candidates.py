@@ -1,0 +1,115 @@
+"""Candidates: strategy x GPU subset x micro-batch x activation checkpointing, island-aware.
+
+GPU subsets are never all C(n, k): for k GPUs we take the topology's best subset (fewest NVLink
+islands, fastest ring), the first k indices (what people type), and a spread across islands (what a
+scheduler may hand out), so the ranking can show what placement alone is worth.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from topowise.topology.model import Topology
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+COMMON_SHARD_SIZES = (2, 4, 8)  # shard groups people use even where no island has that size
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: str
+    gpus: tuple[int, ...]
+    micro_batch: int
+    activation_checkpointing: bool
+    shard_group_size: int | None = None
+    placement: str = "best"  # best | first | spread | given
+
+    @property
+    def group_key(self) -> tuple:
+        """Candidates that differ only in micro-batch (memory grows with it: the search stops at the first miss)."""
+        return (self.strategy, self.gpus, self.shard_group_size, self.activation_checkpointing)
+
+    @property
+    def memory_key(self) -> tuple:
+        """Memory depends on the GPU count, not on which GPUs: one miss rules out every placement."""
+        return (self.strategy, len(self.gpus), self.shard_group_size, self.activation_checkpointing, self.micro_batch)
+
+
+def shard_groups(gpus: tuple[int, ...], size: int | None) -> tuple[tuple[int, ...], ...]:
+    """HSDP shard groups: consecutive runs of `gpus` (placements list island-mates next to each other)."""
+    if not size:
+        return ()
+    return tuple(gpus[i:i + size] for i in range(0, len(gpus), size))
+
+
+def gpu_counts(topo: Topology, num_gpus: int | None = None) -> tuple[int, ...]:
+    """Each island size, the powers of two up to the node, and the whole node (e.g. 1, 2, 4, 8)."""
+    if num_gpus is not None:
+        return (num_gpus,)
+    n = topo.num_gpus
+    counts = {len(isl) for isl in topo.islands()} | {n}
+    k = 1
+    while k < n:
+        counts.add(k)
+        k *= 2
+    return tuple(sorted(counts))
+
+
+def island_order(topo: Topology, gpus) -> tuple[int, ...]:
+    """GPUs sorted by island, then index: HSDP's consecutive shard groups then follow the islands."""
+    rank = {g: i for i, isl in enumerate(topo.islands()) for g in isl}
+    return tuple(sorted(gpus, key=lambda g: (rank[g], g)))
+
+
+@functools.lru_cache(maxsize=256)
+def placements(topo: Topology, k: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(label, GPUs) for k GPUs: best, first k, spread across islands; duplicates dropped."""
+    islands = topo.islands()
+    spread: list[int] = []
+    depth = 0
+    while len(spread) < k:  # one GPU from each island in turn
+        for isl in islands:
+            if depth < len(isl) and len(spread) < k:
+                spread.append(isl[depth])
+        depth += 1
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for label, gpus in (("best", topo.best_subset(k)), ("first", topo.indices[:k]), ("spread", spread)):
+        ordered = island_order(topo, gpus)
+        if all(ordered != seen for _, seen in out):
+            out.append((label, ordered))
+    return tuple(out)
+
+
+def shard_group_sizes(topo: Topology, k: int) -> tuple[int, ...]:
+    """HSDP shard-group sizes for k GPUs: island sizes and 2/4/8 that divide k (1 and k are DDP and ZeRO-3)."""
+    sizes = {len(isl) for isl in topo.islands()} | set(COMMON_SHARD_SIZES)
+    return tuple(sorted(s for s in sizes if 1 < s < k and k % s == 0))
+
+
+def strategy_options(topo: Topology, k: int) -> tuple[tuple[str, int | None], ...]:
+    """(strategy, shard group size) pairs worth predicting on k GPUs. One GPU has nothing to shard."""
+    if k == 1:
+        return (("ddp", None),)
+    return (("ddp", None), ("zero1", None), ("zero2", None), ("zero3", None),
+            *(("hsdp", s) for s in shard_group_sizes(topo, k)))
+
+
+def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
+                         micro_batches: tuple[int, ...] | None = None) -> list[Candidate]:
+    """Every candidate, micro-batches ascending inside each (strategy, GPUs, shard, checkpointing) group."""
+    mbs = tuple(sorted(set(micro_batches or DEFAULT_MICRO_BATCHES)))
+    if gpus is not None:
+        where = [("given", island_order(topo, gpus))]
+        counts: tuple[int, ...] = (len(gpus),)
+    else:
+        counts = gpu_counts(topo, num_gpus)
+        where = []
+    out: list[Candidate] = []
+    for k in counts:
+        for label, subset in where or placements(topo, k):
+            for strategy, shard in strategy_options(topo, k):
+                for ac in (False, True):
+                    out.extend(Candidate(strategy, subset, mb, ac, shard, label) for mb in mbs)
+    return out

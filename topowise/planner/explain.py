@@ -1,0 +1,176 @@
+"""Why this plan, why not that one: sentences drawn from the predicted numbers.
+
+Nothing here decides; it reads Predictions (step time, exposed communication, the slowest
+collective's link and bandwidth, peak memory) and says what they show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterable
+
+from topowise.planner.candidates import shard_groups
+
+if TYPE_CHECKING:  # search imports explain; only types flow back
+    from topowise.planner.search import Infeasible, Plan
+
+GIB = 1024**3
+LINK_NAMES = {"NV": "NVLink", "PCIe": "PCIe", "local": "local memory"}
+OP_NAMES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce",
+            "broadcast": "broadcast"}
+NOTABLE_EXPOSED = 0.03  # below 3% of the step, communication is not worth a sentence
+
+
+# --- words for numbers ---------------------------------------------------------------------------
+def gpu_list(gpus: Iterable[int]) -> str:
+    """(0,1,2,3) -> "0-3"; (0,2,4) -> "0,2,4"."""
+    g = list(gpus)
+    if len(g) > 2 and g == list(range(g[0], g[0] + len(g))):
+        return f"{g[0]}-{g[-1]}"
+    return ",".join(map(str, g))
+
+
+def groups_text(gpus: tuple[int, ...], size: int | None) -> str:
+    groups = shard_groups(gpus, size)
+    shown = ",".join("{" + ",".join(map(str, g)) + "}" for g in groups[:2])
+    return shown + (",..." if len(groups) > 2 else "")
+
+
+def label(strategy: str, gpus: tuple[int, ...], shard_group_size: int | None = None) -> str:
+    if strategy == "hsdp" and shard_group_size:
+        return f"hsdp with shard groups {groups_text(gpus, shard_group_size)}"
+    if len(gpus) == 1:
+        return f"1 GPU ({gpus[0]})"
+    return f"{strategy} on GPUs {gpu_list(gpus)}"
+
+
+def plan_label(p) -> str:
+    return label(p.strategy, p.gpus, p.shard_group_size)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def dominant_collective(pred):
+    """The collective that costs the most time (None on one GPU)."""
+    colls = [c for c in pred.time.collectives if c.link != "local" and c.time_s > 0]
+    return max(colls, key=lambda c: c.time_s) if colls else None
+
+
+def _links(pred, op: str) -> set[str]:
+    return {c.link for c in pred.time.collectives if c.op == op and c.link != "local"}
+
+
+def exposed_fraction(pred) -> float:
+    return pred.time.exposed_comm_s / pred.step_time_s if pred.step_time_s > 0 else 0.0
+
+
+def comm_phrase(pred) -> str:
+    """"61% of the step waits on all-gather over PCIe at 25 GB/s" or "communication hides behind compute"."""
+    c = dominant_collective(pred)
+    if c is None:
+        return "no communication"
+    where = f"{OP_NAMES.get(c.op, c.op)} over {LINK_NAMES.get(c.link, c.link)} at {c.bandwidth_gbps:.0f} GB/s"
+    frac = exposed_fraction(pred)
+    if frac < NOTABLE_EXPOSED:
+        return f"communication ({where}) hides behind compute"
+    return f"{pct(frac)} of the step waits on communication, mostly {where}"
+
+
+def facts(p) -> str:
+    pred = p.prediction
+    ac = ", activation checkpointing" if p.activation_checkpointing else ""
+    return (f"{pred.tokens_per_s:,.0f} tokens/s at micro-batch {p.micro_batch}{ac}; {comm_phrase(pred)}; "
+            f"peak {pred.memory.peak_bytes / GIB:.1f} of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB")
+
+
+def contrast(fast, slow) -> str:
+    """Why `slow` gives fewer tokens/s than `fast`, in the one or two terms that differ most."""
+    a, b = fast.prediction, slow.prediction
+    ratio = b.tokens_per_s / a.tokens_per_s if a.tokens_per_s else 0.0
+    parts: list[str] = []
+    if len(slow.gpus) != len(fast.gpus):
+        parts.append(f"{len(slow.gpus)} GPUs against {len(fast.gpus)}")
+    if exposed_fraction(b) - exposed_fraction(a) >= NOTABLE_EXPOSED:
+        text = f"{plan_label(slow)}: {comm_phrase(b).replace('of the step waits', 'of its step waits')}"
+        kept = [OP_NAMES[op] + "s" for op in ("all_gather", "reduce_scatter")
+                if _links(a, op) == {"NV"} and "PCIe" in _links(b, op)]
+        if kept:
+            text += f"; {plan_label(fast)} keeps the {' and '.join(kept)} on NVLink"
+        parts.append(text)
+    if slow.activation_checkpointing and not fast.activation_checkpointing:
+        parts.append("it recomputes activations in backward")
+    if slow.micro_batch < fast.micro_batch:
+        parts.append(f"micro-batch {slow.micro_batch} against {fast.micro_batch}")
+    if not parts:
+        parts.append(f"step {b.step_time_s * 1e3:.0f} ms against {a.step_time_s * 1e3:.0f} ms")
+    return f"{pct(ratio)} of the throughput of {plan_label(fast)}: " + "; ".join(parts)
+
+
+def with_why(shown: list, ranked: list, topo) -> list:
+    """The shown plans, each with its `why`."""
+    out = []
+    for i, p in enumerate(shown):
+        if i == 0:
+            why = f"fastest: {facts(p)}"
+            other = next((q for q in ranked[1:] if (q.strategy, q.shard_group_size) != (p.strategy, p.shard_group_size)
+                          and len(q.gpus) == len(p.gpus)), None)
+            if other is not None:
+                why += f". Next best strategy on {len(p.gpus)} GPUs, {plan_label(other)}, gives " + contrast(p, other)
+        else:
+            why = f"{facts(p)}. " + contrast(shown[0], p)
+        out.append(replace(p, why=why))
+    return out
+
+
+# --- notes: placement and memory trades ------------------------------------------------------------
+def _best(plans, pred) -> object | None:
+    return next((p for p in plans if pred(p)), None)
+
+
+def notes(ranked: list, topo, infeasible: Iterable = ()) -> list[str]:
+    """What the ranking shows about placement: fewer GPUs in one island against more across islands;
+    the same GPU count inside one island against spread across islands; and what sharding bought."""
+    out: list[str] = []
+    spans = lambda p: p.prediction.islands_spanned
+    counts = sorted({len(p.gpus) for p in ranked})
+    # the largest count that fits in one island against the next count up, which must span islands
+    for small in sorted(counts, reverse=True):
+        inside = _best(ranked, lambda p: len(p.gpus) == small and spans(p) == 1 and small > 1)
+        across = _best(ranked, lambda p: len(p.gpus) > small and spans(p) > 1)
+        if inside is None or across is None:
+            continue
+        big = len(across.gpus)
+        ratio = inside.prediction.tokens_per_s / across.prediction.tokens_per_s
+        verb = "beat" if ratio > 1 else "give"
+        per_gpu = inside.prediction.tokens_per_s_per_gpu / across.prediction.tokens_per_s_per_gpu
+        out.append(f"{small} GPUs in one NVLink island ({gpu_list(inside.gpus)}) {verb} {pct(ratio)} of the "
+                   f"throughput of {big} GPUs across {spans(across)} islands ({gpu_list(across.gpus)}), "
+                   f"{per_gpu:.2f}x the tokens/s per GPU")
+        break
+    # the same count: one island vs across islands
+    for k in counts:
+        inside = _best(ranked, lambda p: len(p.gpus) == k and spans(p) == 1 and k > 1)
+        across = _best(ranked, lambda p: len(p.gpus) == k and spans(p) > 1)
+        if inside and across and inside.prediction.tokens_per_s > across.prediction.tokens_per_s:
+            ratio = inside.prediction.tokens_per_s / across.prediction.tokens_per_s
+            out.append(f"on {k} GPUs, one NVLink island ({gpu_list(inside.gpus)}) runs {ratio:.2f}x the tokens/s "
+                       f"of GPUs {gpu_list(across.gpus)} across islands ({comm_phrase(across.prediction)})")
+    return out
+
+
+def memory_trade(ranked: list, infeasible: Iterable) -> str | None:
+    """When the best plan shards because no ddp fits on its GPU count: what replicating would need."""
+    best = ranked[0] if ranked else None
+    if best is None or best.strategy == "ddp":
+        return None
+    k = len(best.gpus)
+    if any(p.strategy == "ddp" and len(p.gpus) == k for p in ranked):
+        return None  # some ddp fits on k GPUs: sharding was a choice, not forced
+    ddp = [i for i in infeasible if i.strategy == "ddp" and len(i.gpus) == k]
+    if not ddp:
+        return None
+    need = min(ddp, key=lambda i: i.peak_memory_bytes)
+    return (f"ddp does not fit on {k} GPUs: it {need.reason}. {best.strategy} shards the training "
+            f"state to fit, and pays for it: {comm_phrase(best.prediction)}")

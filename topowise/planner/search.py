@@ -1,0 +1,272 @@
+"""Search: predict every candidate, set aside what does not fit (with the reason), rank the rest.
+
+Ranking is by predicted global tokens/s. The shown plans are the best micro-batch / checkpointing
+choice of each (strategy, shard groups, GPUs): the knobs are tuned, the choices stay distinct.
+
+Pruning (the search on an 8-GPU node is a few hundred predictions, well under a second):
+- memory grows with micro-batch: inside a (strategy, GPUs, shard, checkpointing) group the search
+  stops at the first micro-batch that does not fit;
+- memory depends on the GPU count, not on which GPUs: a miss on one placement rules out the
+  same (strategy, count, shard, checkpointing, micro-batch) on every other placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topowise.costmodel.profile import Profile, default_profile
+from topowise.costmodel.step import Prediction, predict
+from topowise.errors import UsageError
+from topowise.models.spec import ModelSpec
+from topowise.planner import explain
+from topowise.planner.candidates import Candidate, enumerate_candidates
+from topowise.topology.model import Topology
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Plan:
+    strategy: str
+    gpus: tuple[int, ...]
+    micro_batch: int
+    activation_checkpointing: bool
+    shard_group_size: int | None
+    prediction: Prediction
+    why: str = ""
+    placement: str = "best"
+
+    def to_dict(self) -> dict:
+        p = self.prediction
+        return {
+            "strategy": self.strategy,
+            "gpus": list(self.gpus),
+            "micro_batch": self.micro_batch,
+            "activation_checkpointing": self.activation_checkpointing,
+            "shard_group_size": self.shard_group_size,
+            "step_time_s": p.step_time_s,
+            "tokens_per_s": p.tokens_per_s,
+            "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+            "peak_memory_bytes": p.memory.peak_bytes,
+            "fits": p.fits,
+            "islands_spanned": p.islands_spanned,
+            "bottleneck_gbps": _finite(p.bottleneck_gbps),
+            "exposed_comm_s": p.time.exposed_comm_s,
+            "placement": self.placement,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    strategy: str
+    gpus: tuple[int, ...]
+    micro_batch: int
+    activation_checkpointing: bool
+    shard_group_size: int | None
+    peak_memory_bytes: int
+    gpu_memory_bytes: int
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {
+            "strategy": self.strategy,
+            "gpus": list(self.gpus),
+            "micro_batch": self.micro_batch,
+            "activation_checkpointing": self.activation_checkpointing,
+            "shard_group_size": self.shard_group_size,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "fits": False,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    model: str
+    topology: str
+    seq_len: int
+    fabric: str
+    plans: tuple[Plan, ...]
+    infeasible: tuple[Infeasible, ...]
+    suggestion: str | None = None
+    notes: tuple[str, ...] = ()
+    evaluated: int = 0  # predictions made
+    feasible: int = 0  # of which fit
+    ranked: tuple[Plan, ...] = field(default=(), repr=False, compare=False)  # every distinct feasible plan
+
+    @property
+    def best(self) -> Plan | None:
+        return self.plans[0] if self.plans else None
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "topology": self.topology,
+            "seq_len": self.seq_len,
+            "fabric": self.fabric,
+            "plans": [p.to_dict() for p in self.plans],
+            "infeasible": [i.to_dict() for i in self.infeasible],
+            "suggestion": self.suggestion,
+            "notes": list(self.notes),
+            "evaluated": self.evaluated,
+            "feasible": self.feasible,
+        }
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or x == float("inf") else x
+
+
+def memory_reason(pred: Prediction, profile: Profile | None = None) -> str:
+    """"needs 97.3 GiB, the GPU has 80.0 GiB (over by 17.3 GiB)", counting the profile's headroom."""
+    headroom = (profile or default_profile()).memory_headroom
+    need, have = pred.memory.peak_bytes / GIB, pred.memory.gpu_memory_bytes / GIB
+    usable = have * (1.0 - headroom)
+    if need > have or headroom <= 0:
+        return f"needs {need:.1f} GiB, the GPU has {have:.1f} GiB (over by {need - usable:.1f} GiB)"
+    return (f"needs {need:.1f} GiB, the GPU has {have:.1f} GiB of which {usable:.1f} GiB is usable with "
+            f"{headroom:.0%} kept free (over by {need - usable:.1f} GiB)")
+
+
+def check_inputs(topo: Topology, num_gpus, gpus, micro_batches, seq_len, top) -> None:
+    n = topo.num_gpus
+    if num_gpus is not None and not 1 <= num_gpus <= n:
+        raise UsageError(f"--num-gpus {num_gpus}: topology {topo.name!r} has {n} GPUs; give 1 to {n}")
+    if gpus is not None:
+        if not gpus:
+            raise UsageError("--gpus names no GPU")
+        if num_gpus is not None and num_gpus != len(gpus):
+            raise UsageError(f"--num-gpus {num_gpus} disagrees with --gpus ({len(gpus)} GPUs); give one of them")
+    for mb in micro_batches or ():
+        if not isinstance(mb, int) or mb < 1:
+            raise UsageError(f"micro-batch {mb!r} is not a positive integer")
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise UsageError(f"sequence length {seq_len!r} is not a positive integer")
+    if not isinstance(top, int) or top < 1:
+        raise UsageError(f"--top {top!r} is not a positive integer")
+
+
+def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile) -> Prediction:
+    return predict(model, topo, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
+                   activation_checkpointing=c.activation_checkpointing, fabric=fabric,
+                   shard_group_size=c.shard_group_size, profile=profile)
+
+
+def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, seq_len: int, fabric: str,
+             profile: Profile | None) -> tuple[list[Plan], list[Infeasible], int]:
+    """(fitting plans, infeasible, predictions made), with the micro-batch and placement pruning."""
+    fits: list[Plan] = []
+    misses: list[Infeasible] = []
+    missed_memory: set[tuple] = set()
+    stopped_groups: set[tuple] = set()
+    made = 0
+    for c in candidates:
+        if c.group_key in stopped_groups:
+            continue
+        if c.memory_key in missed_memory:
+            stopped_groups.add(c.group_key)
+            continue
+        pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile)
+        made += 1
+        if pred.fits:
+            fits.append(Plan(c.strategy, c.gpus, c.micro_batch, c.activation_checkpointing, c.shard_group_size,
+                             pred, placement=c.placement))
+        else:
+            missed_memory.add(c.memory_key)
+            stopped_groups.add(c.group_key)
+            misses.append(Infeasible(c.strategy, c.gpus, c.micro_batch, c.activation_checkpointing,
+                                     c.shard_group_size, pred.memory.peak_bytes, pred.memory.gpu_memory_bytes,
+                                     memory_reason(pred, profile)))
+    return fits, misses, made
+
+
+def rank(plans: list[Plan]) -> list[Plan]:
+    """Fastest first; ties to fewer GPUs, no recompute, less memory. One entry per distinct choice."""
+    ordered = sorted(plans, key=lambda p: (-p.prediction.tokens_per_s, len(p.gpus), p.activation_checkpointing,
+                                           p.prediction.memory.peak_bytes, p.gpus))
+    out: list[Plan] = []
+    seen: set[tuple] = set()
+    for p in ordered:
+        key = (p.strategy, p.shard_group_size, p.gpus)
+        # placements that the cost model cannot tell apart (same strategy, count, speed) collapse too
+        twin = (p.strategy, p.shard_group_size, len(p.gpus), round(p.prediction.tokens_per_s, 3))
+        if key in seen or twin in seen:
+            continue
+        seen.update((key, twin))
+        out.append(p)
+    return out
+
+
+def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
+         micro_batches: tuple[int, ...] | None = None, seq_len: int = 4096, profile: Profile | None = None,
+         top: int = 5, fabric: str = "nvlink") -> PlanResult:
+    """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring)."""
+    check_inputs(topo, num_gpus, gpus, micro_batches, seq_len, top)
+    if fabric not in ("nvlink", "pcie"):
+        raise UsageError(f"--fabric {fabric!r}: give nvlink or pcie")
+    candidates = enumerate_candidates(topo, num_gpus=num_gpus, gpus=gpus, micro_batches=micro_batches)
+    fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile)
+    ranked = rank(fits)
+    shown = tuple(explain.with_why(ranked[:top], ranked, topo))
+    misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.gpus), i.micro_batch))
+    notes = explain.notes(ranked, topo)
+    trade = explain.memory_trade(ranked, misses)
+    if trade:
+        notes.insert(0, trade)
+    suggestion = None
+    if not ranked:
+        suggestion = suggest(model, topo, candidates, misses, seq_len=seq_len, fabric=fabric, profile=profile)
+    return PlanResult(
+        model=model.name, topology=topo.name, seq_len=seq_len, fabric=fabric, plans=shown,
+        infeasible=tuple(misses), suggestion=suggestion, notes=tuple(notes),
+        evaluated=made, feasible=len(fits), ranked=tuple(ranked),
+    )
+
+
+def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misses: list[Infeasible], *,
+            seq_len: int, fabric: str, profile: Profile | None) -> str:
+    """Nothing fits: the smallest change that would, with its memory. Tried in order of how much
+    the run changes: a smaller micro-batch on the same GPUs, then more GPUs, then say it needs
+    more than this node. (Checkpointing and zero3 on the asked GPUs were candidates already.)"""
+    closest = misses[0]  # sorted: least over first
+    head = (f"nothing fits; the closest, {explain.label(closest.strategy, closest.gpus, closest.shard_group_size)} "
+            f"at micro-batch {closest.micro_batch}"
+            f"{' with activation checkpointing' if closest.activation_checkpointing else ''}, {closest.reason}")
+
+    def first_fit(options) -> tuple[Candidate, Prediction] | None:
+        for c in options:
+            pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile)
+            if pred.fits:
+                return c, pred
+        return None
+
+    def words(c: Candidate, pred: Prediction) -> str:
+        ac = " with activation checkpointing" if c.activation_checkpointing else ""
+        return (f"{explain.label(c.strategy, c.gpus, c.shard_group_size)} at micro-batch {c.micro_batch}{ac} "
+                f"needs {pred.memory.peak_bytes / GIB:.1f} GiB of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB "
+                f"({pred.tokens_per_s:,.0f} tokens/s)")
+
+    tried_mb = min(c.micro_batch for c in candidates)
+    tried_gpus = {c.gpus for c in candidates}
+    if tried_mb > 1:  # the asked micro-batch was fixed: go down to 1 on the same GPUs
+        smaller = [Candidate(s, g, mb, ac, None) for mb in range(tried_mb - 1, 0, -1)
+                   for g in sorted(tried_gpus, key=len) for s in ("zero3",) for ac in (False, True) if len(g) > 1]
+        smaller += [Candidate("ddp", g, mb, ac) for mb in range(tried_mb - 1, 0, -1)
+                    for g in tried_gpus if len(g) == 1 for ac in (False, True)]
+        hit = first_fit(smaller)
+        if hit:
+            return f"{head}. A smaller micro-batch would fit: {words(*hit)}"
+    most = max(len(g) for g in tried_gpus)
+    more = [Candidate("zero3", topo.best_subset(k), mb, ac) for k in range(most + 1, topo.num_gpus + 1)
+            for ac in (False, True) for mb in (tried_mb, 1)]
+    hit = first_fit(more)
+    if hit:
+        return f"{head}. More GPUs would: {words(*hit)}"
+    everything = Candidate("zero3", topo.indices, 1, True) if topo.num_gpus > 1 else Candidate("ddp", topo.indices, 1, True)
+    pred = predict_candidate(model, topo, everything, seq_len=seq_len, fabric=fabric, profile=profile)
+    states = 16 * model.params / GIB  # fp32 weights, gradients, AdamW moments: 16 bytes per parameter
+    return (f"{head}. Nothing on one {topo.name} fits: even {explain.label(everything.strategy, everything.gpus)} "
+            f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; the training state alone is {states:,.0f} GiB (16 bytes x "
+            f"{model.params / 1e9:.1f}B parameters). Shard across more nodes (multi-node plans are not "
+            f"modelled yet), shorten --seq-len, or use GPUs with more memory")
