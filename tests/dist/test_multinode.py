@@ -10,6 +10,8 @@ import uuid
 
 import pytest
 
+from topowise.export.multinode import torchrun_node_argv
+
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.dist
@@ -29,9 +31,9 @@ def _two_nodes(args: list[str], cwd, timeout: float = 240.0) -> list[subprocess.
         env.pop(key, None)  # the test itself must not look like a rank of some job
     procs = []
     for node_rank in (0, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
-               "--node-rank", str(node_rank), "-m", "topowise", *args]
+        # the per-node command `plan --export torchrun` writes for a 2-node plan, with localhost as node 0
+        cmd = torchrun_node_argv(2, node_rank, 1, ["-m", "topowise", *args], head="127.0.0.1", port=port,
+                                 run_id=run_id, torchrun=(sys.executable, "-m", "torch.distributed.run"))
         procs.append(subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     done = []
