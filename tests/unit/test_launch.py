@@ -1,6 +1,6 @@
 """launch: plan -> (argv, env), printed with --dry-run, exec'd otherwise; foreign plan files refused."""
 
-import json
+import os
 import shlex
 import subprocess
 import sys
@@ -64,12 +64,14 @@ def test_launch_nothing_fits_exit_2(capsys):
 
 
 @pytest.mark.dist
-def test_launch_execs_torchrun_with_the_plan_env(plan_file):
-    """A real launch on CPU: two ranks, each seeing the plan's CUDA_VISIBLE_DEVICES."""
+def test_launch_execs_torchrun_with_the_plan_env(plan_file, tmp_path):
+    """A real launch on CPU: two ranks, each seeing the plan's CUDA_VISIBLE_DEVICES (one file per rank)."""
     pytest.importorskip("torch")
-    code = "import os; print('rank', os.environ['RANK'], os.environ['CUDA_VISIBLE_DEVICES'], os.environ['WORLD_SIZE'])"
+    code = ("import os, pathlib; e = os.environ; pathlib.Path(e['OUT_DIR'], 'rank' + e['RANK'])"
+            ".write_text(e['CUDA_VISIBLE_DEVICES'] + ' ' + e['WORLD_SIZE'])")
+    env = dict(os.environ, OUT_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-m", "topowise", "launch", "--plan", str(plan_file), "--",
-                           "python", "-c", code], capture_output=True, text=True, timeout=120)
+                           "python", "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
-    lines = sorted(l for l in done.stdout.splitlines() if l.startswith("rank"))
-    assert lines == ["rank 0 0,1 2", "rank 1 0,1 2"]
+    assert (tmp_path / "rank0").read_text() == "0,1 2"
+    assert (tmp_path / "rank1").read_text() == "0,1 2"
