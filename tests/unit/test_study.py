@@ -169,9 +169,18 @@ def test_unknown_live_topology_is_a_usage_error(monkeypatch):
         st.resolve_topologies(["live"])
 
 
-def test_study_imports_no_torch(tmp_path):
+def test_default_topologies_add_the_live_node(monkeypatch):
+    monkeypatch.setattr(st, "discover_live", lambda: load_preset("h200-x2"))
+    labels = [label for label, _ in st.resolve_topologies(None)]
+    assert labels == [*st.DEFAULT_TOPOLOGIES, "live"]
+    monkeypatch.setattr(st, "discover_live", lambda: None)
+    assert [label for label, _ in st.resolve_topologies(None)] == list(st.DEFAULT_TOPOLOGIES)
+
+
+def test_default_study_imports_no_torch(tmp_path):
+    """`topowise study` with no flags but --out: the default model and topologies, no torch."""
     code = ("import sys; from topowise.cli.main import main; "
-            f"rc = main(['study', '--model', 'tiny', '--topologies', 'h100-nvl-8', '--out', {str(tmp_path)!r}]); "
+            f"rc = main(['study', '--out', {str(tmp_path)!r}]); "
             "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

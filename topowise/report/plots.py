@@ -183,7 +183,8 @@ def plot_link_matrix(study: Study, label: str, path: Path) -> Path:
     masked = np.ma.masked_where(np.eye(n, dtype=bool), data)
     size = max(4.5, min(8.0, 0.6 * n + 2.5))
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
-    vmax = max(1.0, float(data.max()))
+    # one colour scale for every topology in the study, so the heatmaps compare across nodes
+    vmax = max(1.0, max(max(max(r) for r in o.link_gbps) for o in study.topologies if o.link_gbps))
     cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")  # the diagonal: no link
     im = ax.imshow(masked, cmap=cmap, vmin=0, vmax=vmax)
     small = n > 10
@@ -192,7 +193,8 @@ def plot_link_matrix(study: Study, label: str, path: Path) -> Path:
             if i == j:
                 continue
             v = data[i, j]
-            text = f"{v:.0f}" if small else f"{t.link_kind[i][j]}\n{v:.0f}"
+            rate = f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+            text = rate if small else f"{t.link_kind[i][j]}\n{rate}"
             ax.text(j, i, text, ha="center", va="center", fontsize=6 if small else 8,
                     color="white" if v < 0.6 * vmax else "black")
     ax.set_xticks(range(n))
@@ -201,7 +203,7 @@ def plot_link_matrix(study: Study, label: str, path: Path) -> Path:
     ax.set_yticklabels([f"GPU{i}" for i in range(n)], fontsize=8)
     islands = ", ".join("{" + ",".join(map(str, isl)) + "}" for isl in t.islands if len(isl) > 1) or "none"
     ax.set_title(f"{label}: link GB/s per direction\nNVLink islands: {islands}", fontsize=10)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="GB/s")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="GB/s (same scale for every topology)")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
