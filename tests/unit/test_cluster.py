@@ -173,3 +173,28 @@ def test_every_node_preset_makes_a_cluster():
         assert c.num_gpus == 2 * load_preset(name).num_gpus
         assert all(c.link(a, b).kind == "NET" for a, b in itertools.product(range(2), range(c.gpus_per_node,
                                                                                             c.gpus_per_node + 2)))
+
+
+def test_bandwidth_tiers_count_every_pair_once():
+    c = load_cluster("3x hgx-h100-8+ib-ndr")
+    tiers = c.bandwidth_tiers()
+    assert sum(n for _, _, n in tiers) == 24 * 23 // 2
+    assert tiers[-1][0] == "NET" and tiers[-1][2] == 24 * 23 // 2 - 3 * 28
+
+
+def test_cluster_report_tiers_share_warnings_and_selection():
+    from topowise.topology.cluster import cluster_report
+
+    c = load_cluster("4x pcie-l40s-8+eth-100")
+    r = cluster_report(c, [0, 1, 8, 9], environ={})
+    assert r["network_gbps_per_gpu"] == pytest.approx(1.5)
+    assert [t["tier"] for t in r["tiers"]] == ["PCIe", "network"]
+    assert any("network's pace" in w for w in r["warnings"])
+    assert any("share NICs" in w for w in r["warnings"])
+    sel = r["selection"]
+    assert sel["nodes_spanned"] == [0, 1] and sel["gpus_per_node"] == {"0": 2, "1": 2}
+    assert sel["bottleneck_gbps"] == pytest.approx(2 * 1.5)  # two GPUs' shares of the NIC
+    assert sel["best_subset_nodes"] == [0]
+    assert Cluster.from_dict(r) == c  # the report reads back as the cluster (`topo --json` then `--file`)
+    fast = cluster_report(load_cluster("2x hgx-h100-8+ib-ndr"), environ={})
+    assert not any("network's pace" in w for w in fast["warnings"])  # 8x NDR: 384 GB/s against NVLink's 478

@@ -157,6 +157,14 @@ class Cluster:
                         "gbps_per_gpu": self.network_gbps_per_gpu, "gbps_per_node": net.node_gbps})
         return out
 
+    def bandwidth_tiers(self) -> tuple[tuple[str, float, int], ...]:
+        """As Topology.bandwidth_tiers: (label, GB/s, pairs), fastest first; "NET" for pairs across nodes."""
+        g, n = self.gpus_per_node, self.num_nodes
+        tiers = [(label, gbps, pairs * n) for label, gbps, pairs in self.node.bandwidth_tiers()]
+        if n > 1:
+            tiers.append((NET, self.network_gbps_per_gpu, (n * g) * (n * g - 1) // 2 - n * g * (g - 1) // 2))
+        return tuple(sorted(tiers, key=lambda t: -t[1]))
+
     # --- the Topology interface ----------------------------------------------------------------
     @cached_property
     def gpus(self) -> tuple[Gpu, ...]:
@@ -366,6 +374,53 @@ class Cluster:
     @cached_property
     def _member_set(self) -> frozenset[int]:
         return frozenset(self.members)
+
+
+def cluster_report(cluster: Cluster, gpus=None, environ=None) -> dict:
+    """What `topo` shows for a cluster: the tiers, the per-GPU network share, warnings, a selection.
+
+    Never every pair: the node's own report (links, islands) is under "node", in local indices.
+    """
+    from topowise.topology.checks import warnings as node_warnings
+
+    report = cluster.to_dict()
+    report["num_gpus"] = cluster.num_gpus
+    report["islands"] = [list(i) for i in cluster.islands()]
+    report["link_tiers"] = [{"link": label, "gbps": gbps, "pairs": n} for label, gbps, n in cluster.bandwidth_tiers()]
+    out = [f"node: {w}" for w in node_warnings(cluster.node, None, environ)]
+    out += network_warnings(cluster)
+    report["warnings"] = out
+    if gpus is not None:
+        chosen = tuple(gpus)
+        selection = cluster.selection(chosen)
+        best = cluster.best_subset(len(chosen))
+        selection["gpus_per_node"] = {str(n): len(v) for n, v in cluster.per_node(chosen).items()}
+        selection["best_subset_nodes"] = list(cluster.nodes_spanned(best))
+        best_gbps = cluster.bottleneck_gbps(best)
+        selection["best_subset_bottleneck_gbps"] = None if best_gbps == float("inf") else best_gbps
+        report["selection"] = selection
+    return report
+
+
+def network_warnings(cluster: Cluster) -> list[str]:
+    """The network against the node: where a job across nodes loses bandwidth, and what helps."""
+    if cluster.num_nodes < 2:
+        return []
+    out = []
+    net, share, g = cluster.network, cluster.network_gbps_per_gpu, cluster.gpus_per_node
+    inside = _node_bottleneck(cluster.node, tuple(range(g)))
+    if cluster.network_gbps(range(2 * g)) < 0.5 * inside:  # line rates: only a clear gap is worth a warning
+        out.append(f"the network gives a node {net.node_gbps:g} GB/s ({share:.3g} GB/s per GPU), under half the "
+                   f"node's own ring ({inside:.3g} GB/s): collectives across nodes run at the network's pace; HSDP "
+                   "with a shard group per node keeps all-gathers and reduce-scatters inside nodes (fewer, "
+                   "larger collectives cross the network); `topowise plan` weighs it against FSDP")
+    if net.nics_per_node < g:
+        out.append(f"{net.nics_per_node} NIC(s) for {g} GPUs per node: GPUs share NICs ({share:.3g} GB/s each "
+                   "when all communicate)")
+    if not net.rail_optimized and net.nics_per_node > 1:
+        out.append("not rail-optimized: traffic between NICs of different index crosses the spine; keep NCCL's "
+                   "PXN on (NCCL_PXN_DISABLE unset) so it moves over NVLink to the GPU on the right rail first")
+    return out
 
 
 @lru_cache(maxsize=4096)
