@@ -175,3 +175,14 @@ def test_zero_bytes_cost_latency_only():
     c = cluster(4)
     t, _ = collective_time_s("all_reduce", 0, c.indices, c, PROFILE)
     assert 0 < t < 1e-3 and math.isfinite(t)
+
+
+def test_collective_cost_for_comm_py():
+    c = cluster(2)
+    groups = [tuple(range(s, 16, 8)) for s in range(8)]  # HSDP replica groups: one GPU per node
+    cost = network.collective_cost("all_reduce", 64 * MIB, "fp32", groups, c, 3, "backward", PROFILE)
+    t, detail = collective_time_s("all_reduce", 64 * MIB, groups[0], c, PROFILE)
+    assert cost.link == "NET" and cost.group_size == 2 and cost.count == 3
+    assert cost.time_s == pytest.approx(3 * t)
+    assert cost.bandwidth_gbps == pytest.approx(c.network_gbps_per_gpu)  # one GPU per node: its NIC share
+    assert network.spans_nodes(c, groups[0]) and not network.spans_nodes(c, range(8))

@@ -196,6 +196,24 @@ def collective_time_s(op: str, nbytes: float, gpus, topo, profile: Profile | Non
     }
 
 
+def spans_nodes(topo, gpus) -> bool:
+    """True for a group of a Cluster that lies on more than one node."""
+    return hasattr(topo, "nodes_spanned") and len(topo.nodes_spanned(gpus)) > 1
+
+
+def collective_cost(op: str, nbytes: float, dtype: str, groups, topo, count: int, phase: str,
+                    profile: Profile | None = None):
+    """comm.CollectiveCost for `count` calls over parallel `groups` that cross nodes (the slowest group
+    sets the time; link "NET", bandwidth the bus bandwidth used)."""
+    from topowise.costmodel.comm import CollectiveCost
+
+    profile = profile or default_profile()
+    timed = [collective_time_s(op, nbytes, g, topo, profile) for g in groups]
+    per_call, detail = max(timed, key=lambda t: t[0])
+    return CollectiveCost(op, int(round(nbytes)), dtype, len(groups[0]), count, "NET", detail.get("bus_gbps", 0.0),
+                          per_call * count, phase)
+
+
 def _single_node(op, nbytes, members, topo, profile) -> tuple[float, dict]:
     """Inside one node: costmodel/comm.py's alpha-beta model (calibrated on this project's measurements)."""
     from topowise.costmodel import comm  # comm may call back into this module for groups across nodes
