@@ -1,0 +1,101 @@
+"""Each training strategy as one function of (model, process group or mesh, plain values).
+
+How PyTorch holds training state here (the cost model in topowise/costmodel assumes the same):
+- ddp: fp32 parameters, torch.autocast(bf16) compute, fp32 gradients, AdamW (fp32 exp_avg,
+  exp_avg_sq), DDP(gradient_as_bucket_view=True, bucket_cap_mb=25): all-reduce of fp32 gradients
+  in 25 MB buckets, overlapped with the backward pass.
+- zero1: ZeroRedundancyOptimizer(AdamW) over the same DDP: optimizer states sharded; after the
+  step each rank broadcasts its updated fp32 parameter partition.
+- zero2 / zero3: FSDP2 `fully_shard` on each transformer block and on the root,
+  reshard_after_forward=False / True, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32):
+  fp32 sharded parameters, gradients and AdamW states; bf16 all-gathers, fp32 reduce-scatter.
+- hsdp: FSDP2 on a 2-D DeviceMesh (replicate, shard), reshard_after_forward=True: reduce-scatter
+  inside the shard group, then all-reduce across the replicas.
+
+The caller initialises the full model identically on every rank before calling these, so every
+strategy starts from the same weights (DDP also broadcasts rank 0's copy; fully_shard keeps each
+rank's slice of it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
+ALIASES = {"fsdp": "zero3"}
+DDP_BUCKET_CAP_MB = 25  # PyTorch's default; the cost model's bucket size
+
+
+def uses_autocast(strategy: str) -> bool:
+    """DDP and ZeRO-1 keep fp32 weights and compute in bf16 under autocast; FSDP2 casts in its all-gather."""
+    return strategy in ("ddp", "zero1")
+
+
+def make_optimizer(params, *, lr: float, weight_decay: float, device_type: str) -> torch.optim.Optimizer:
+    """AdamW with its fused CUDA kernel (one launch for all parameters); the foreach form on CPU."""
+    fast = {"fused": True} if device_type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, **fast)
+
+
+def apply_ddp(model: nn.Module, process_group=None, *, device_type: str = "cuda",
+              bucket_cap_mb: int = DDP_BUCKET_CAP_MB) -> nn.Module:
+    """DistributedDataParallel with gradients as views into the 25 MB all-reduce buckets (no copy)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [torch.cuda.current_device()] if device_type == "cuda" else None
+    # broadcast_buffers=False: the only buffers are the rotary tables, identical on every rank.
+    return DistributedDataParallel(model, device_ids=device_ids, process_group=process_group,
+                                   gradient_as_bucket_view=True, bucket_cap_mb=bucket_cap_mb,
+                                   broadcast_buffers=False)
+
+
+def apply_zero1(model: nn.Module, process_group=None, *, device_type: str = "cuda", lr: float,
+                weight_decay: float) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """DDP plus ZeroRedundancyOptimizer(AdamW): returns (wrapped model, sharded optimizer)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    ddp = apply_ddp(model, process_group, device_type=device_type)
+    fast = {"fused": True} if device_type == "cuda" else {"foreach": True}
+    optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW,
+                                        process_group=process_group, lr=lr, betas=(0.9, 0.95),
+                                        weight_decay=weight_decay, **fast)
+    return ddp, optimizer
+
+
+def apply_fsdp(model: nn.Module, mesh, *, reshard_after_forward: bool, param_dtype=torch.bfloat16,
+               reduce_dtype=torch.float32) -> nn.Module:
+    """FSDP2: `fully_shard` each block, then the root (embedding, final norm, output projection).
+
+    reshard_after_forward=False is ZeRO-2 (parameters stay gathered from forward to backward),
+    True is ZeRO-3. A 1-D mesh shards over all ranks; a 2-D (replicate, shard) mesh is HSDP.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for block in model.layers:
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    # The root's own parameters are needed again at once by the backward: FSDP2 keeps them gathered.
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    return model
+
+
+def apply_hsdp(model: nn.Module, mesh_2d, **kwargs) -> nn.Module:
+    """HSDP: FSDP2 over a 2-D DeviceMesh named ("replicate", "shard"), ZeRO-3 inside each shard group."""
+    if mesh_2d.ndim != 2:
+        raise ValueError(f"apply_hsdp needs a 2-D (replicate, shard) mesh, not {mesh_2d.ndim}-D")
+    return apply_fsdp(model, mesh_2d, reshard_after_forward=True, **kwargs)
+
+
+def apply_activation_checkpointing(model: nn.Module) -> None:
+    """Recompute each block's activations in the backward (non-reentrant checkpoint), in place."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for index, block in enumerate(model.layers):
+        model.layers[index] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
+def apply_compile(model: nn.Module) -> None:
+    """torch.compile each block separately (the blocks are alike: one compilation, reused), in place."""
+    for index, block in enumerate(model.layers):
+        model.layers[index] = torch.compile(block, fullgraph=True)
