@@ -112,7 +112,7 @@ def train_table(records: list[dict]):
     table = Table(title=f"bench train: {first.get('model', '')}, {first.get('world_size', '')} processes, "
                         f"{first.get('device', '')}, fabric {first.get('fabric', '')}")
     for col in ("strategy", "status", "ms/step", "tok/s/GPU", "MFU", "MFU sheet", "GiB", "resv GiB",
-                "pred ms (err)", "pred GiB (err)", "loss"):
+                "pred ms (err)", "pred alloc (err)", "loss"):
         table.add_column(col, justify="left" if col in ("strategy", "status") else "right")
     gib = 1024**3
 
@@ -130,7 +130,8 @@ def train_table(records: list[dict]):
             fmt(r.get("mfu_measured_peak"), 100, "{:.1f}%"), fmt(r["mfu"], 100, "{:.1f}%"),
             fmt(r["peak_memory_bytes"], 1 / gib, "{:.2f}"), fmt(r.get("reserved_bytes"), 1 / gib, "{:.2f}"),
             with_error(pred.get("step_time_s"), pred.get("step_time_error"), 1e3, "{:.1f}"),
-            with_error(pred.get("peak_memory_bytes"), pred.get("peak_memory_error"), 1 / gib, "{:.2f}"),
+            with_error(pred.get("allocated_bytes", pred.get("peak_memory_bytes")), pred.get("peak_memory_error"),
+                       1 / gib, "{:.2f}"),
             fmt(r["losses"][-1] if r["losses"] else None, 1, "{:.4f}"))
     peaks = [r for r in records if r.get("peak_flops_measured")]
     if peaks:
