@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
+#   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
+# Stages: topo comm train plain gputests study calibrate validate deepspeed. Each stage has its own time limit so
+# one hang cannot eat the rest; everything lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz.
+# The multicast switches of the machine (NCCL_NVLS_ENABLE=0, ...) are inherited, never changed.
+set -u
+OUT=${OUT:-gpu-results}
+R=$OUT/suite
+mkdir -p "$R"
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1
+T() { local limit=$1; shift; echo "### $(date -u +%FT%TZ) $*" | tee -a "$R/commands.txt"; timeout "$limit" "$@"; echo "### exit $?" >> "$R/commands.txt"; }
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'; env | grep -E '^(NCCL|CUDA|TORCH_SYMM|NVSHMEM)_' | sort; } > "$R/machine.txt" 2>&1
+for stage in "$@"; do
+  case $stage in
+    topo)
+      nvidia-smi topo -m > "$R/smi_topo.txt" 2>&1
+      nvidia-smi nvlink -s > "$R/smi_nvlink.txt" 2>&1
+      T 60 python3 -m topowise topo --json > "$R/topo_live.json" 2> "$R/topo_live.err"
+      T 60 python3 -m topowise topo > "$R/topo_live.txt" 2>&1
+      T 60 python3 -m topowise topo --file "$R/smi_topo.txt" --gpu-name H200 --json > "$R/topo_smi.json" 2>&1
+      T 60 python3 -m topowise env --json > "$R/env.json" 2>&1
+      T 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_nvml_live.py > "$R/test_nvml_live.txt" 2>&1 ;;
+    comm)
+      T 150 python3 -m topowise bench comm --ops all_reduce,all_gather,reduce_scatter --min-bytes 1M --max-bytes 1G --matrix --out "$R/comm-nvlink.jsonl" > "$R/comm-nvlink.txt" 2>&1
+      T 150 python3 -m topowise bench comm --ops all_reduce,all_gather,reduce_scatter --min-bytes 1M --max-bytes 1G --fabric pcie --out "$R/comm-pcie.jsonl" > "$R/comm-pcie.txt" 2>&1
+      T 30 python3 benchmarks/comm_vs_nccl_tests.py "$R/comm-nvlink.jsonl" "$R/comm-pcie.jsonl" > "$R/comm-vs-nccl-tests.txt" 2>&1
+      cp -f "$R"/../*.png "$R"/ 2>/dev/null; cp -f "$R"/comm-nvlink*.png "$R"/ 2>/dev/null ;;
+    train)
+      T 240 python3 benchmarks/train_mfu.py --fabrics nvlink --out "$R/train.jsonl" > "$R/train-nvlink.txt" 2>&1
+      T 200 python3 -m topowise bench train --model llama3.2-1b --micro-batch 1 --seq-len 8192 --strategies ddp,zero1,zero2,zero3 --fabric pcie --out "$R/train.jsonl" > "$R/train-pcie.txt" 2>&1 ;;
+    plain)
+      T 120 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/plain_train.py --model llama3.2-1b --micro-batch 1 --seq-len 8192 > "$R/plain_train.txt" 2>&1 ;;
+    gputests)
+      T 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu > "$R/gpu_tests.txt" 2>&1 ;;
+    study)
+      T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
+    calibrate)
+      T 240 python3 -m topowise calibrate --out "$R/profile.json" > "$R/calibrate.txt" 2>&1 ;;
+    validate)
+      T 420 python3 -m topowise validate --profile "$R/profile.json" --out "$R/validate.jsonl" > "$R/validate.txt" 2>&1 ;;
+    *) echo "unknown stage $stage" >&2 ;;
+  esac
+done
+tar -czf "$OUT/suite.tar.gz" -C "$OUT" suite
