@@ -21,7 +21,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
     parser.add_argument("--seq-len", metavar="L", default="4096", help="sequence length (default 4096)")
     parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
                         help="pcie: as if NVLink were not there (exports set NCCL_P2P_DISABLE=1)")
-    parser.add_argument("--profile", metavar="FILE", help="a calibrated cost-model profile (topowise calibrate)")
+    parser.add_argument("--profile", metavar="FILE", help="a calibrated cost-model profile (topowise calibrate; "
+                        "default: the cached one of this machine, when the topology has its GPUs)")
+    parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,11 +62,9 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
     if num_gpus is not None and num_gpus > topo.num_gpus:
         raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
     gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
-    profile = None
-    if args.profile:
-        from topowise.costmodel.profile import load_profile
+    from topowise.calibrate import resolve_profile
 
-        profile = load_profile(args.profile)
+    profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
     result = plan(model, topo, num_gpus=num_gpus, gpus=gpus, micro_batches=(micro_batch,) if micro_batch else None,
                   seq_len=seq_len, profile=profile, top=top, fabric=args.fabric)
     return result, topo

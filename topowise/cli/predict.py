@@ -23,13 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pcie: predict as if NVLink were not there")
     parser.add_argument("--shard-group-size", type=int, metavar="G",
                         help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
-    parser.add_argument("--profile", metavar="FILE", help="a calibrated profile from `topowise calibrate`")
+    parser.add_argument("--profile", metavar="FILE", help="a calibrated profile from `topowise calibrate` "
+                        "(default: the cached one of this machine, when the topology has its GPUs)")
+    parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def prediction_from_args(args: argparse.Namespace):
     """Parse and check the arguments, then predict (no rendering here)."""
-    from topowise.costmodel.profile import default_profile, load_profile
+    from topowise.costmodel.profile import default_profile
     from topowise.costmodel.step import normalize_strategy, predict
     from topowise.errors import UsageError
     from topowise.models.spec import load_model
@@ -54,7 +56,9 @@ def prediction_from_args(args: argparse.Namespace):
             raise UsageError(f"--num-gpus {args.num_gpus}: topology {topo.name!r} has {topo.num_gpus} GPUs; "
                              f"choose 1 to {topo.num_gpus}")
         gpus = topo.best_subset(args.num_gpus)
-    profile = load_profile(args.profile) if args.profile else default_profile()
+    from topowise.calibrate import resolve_profile
+
+    profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False)) or default_profile()
     return predict(model, topo, gpus, strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
                    activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
                    shard_group_size=args.shard_group_size, profile=profile)

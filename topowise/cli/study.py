@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     names = None if args.topologies is None else [n.strip() for n in args.topologies.split(",") if n.strip()]
     topologies = st.resolve_topologies(names)
-    profile = _load_profile(args.profile)
+    profile = _load_profile(args.profile, topologies)
     st.check_study_args(topologies, num_gpus=args.num_gpus, seq_len=args.seq_len, micro_batch=args.micro_batch)
     live = next((t for label, t in topologies if label == "live"), None)
     if args.measure:
@@ -90,12 +90,11 @@ def _run_with_progress(st, model, topologies, args, profile, console):
                             micro_batch=args.micro_batch, profile=profile, advance=advance)
 
 
-def _load_profile(path: str | None):
-    if path is None:
-        return None
-    from topowise.costmodel.profile import load_profile
+def _load_profile(path: str | None, topologies=()):
+    """--profile FILE as given, else the cached profile of this machine when every topology has its GPUs."""
+    from topowise.calibrate import resolve_profile
 
-    return load_profile(path)
+    return resolve_profile(path, [t.gpus[0].name for _label, t in topologies if t.gpus], check=False)
 
 
 def _command_line(args: argparse.Namespace) -> str:

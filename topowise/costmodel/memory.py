@@ -187,6 +187,7 @@ def estimate_memory(model: ModelSpec, strategy: str, shard_size: int, *, micro_b
     saved = tokens * (model.num_layers * kept_per_layer + head_bytes_per_token(model, autocast))
     saved += rope_bytes(model, seq_len)
     recompute = tokens * per_layer if activation_checkpointing else 0.0
+    saved, recompute = saved * profile.activation_scale, recompute * profile.activation_scale  # 1 unless calibrated
     block_temp = tokens * block_backward_temp_bytes_per_token(model, autocast)
 
     block, root = model.layer_params, root_params(model)

@@ -93,6 +93,9 @@ _SOURCES = {
     "cuda_context_bytes": ("typical, to be calibrated: CUDA context + cuBLAS/NCCL workspaces ~500 MiB per "
                            "process, outside torch.cuda.max_memory_allocated"),
     "memory_headroom": "stated choice: a plan must leave 5% of GPU memory free to count as fitting",
+    "peak_flops": "0: the datasheet bf16 dense peak of the GPU (hardware.py); calibrate sets it where there is none (CPU)",
+    "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
+                         "fits measured allocated peaks against that count"),
 }
 
 
@@ -109,6 +112,8 @@ class Profile:
     allocator_slack: float = 0.05  # reserved above allocated, fraction of allocated
     cuda_context_bytes: int = 500 * MIB
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
+    peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
+    activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
     fingerprint: str = ""  # "" for the default; calibrate writes machine + date + versions
     sources: dict = field(default_factory=lambda: dict(_SOURCES, **_COMM_SOURCES))
 

@@ -185,10 +185,11 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
         topo = topo.without_nvlink()
 
     spec = topo.gpu_spec
-    if spec.bf16_dense_flops <= 0:
+    peak = profile.peak_flops or spec.bf16_dense_flops  # a calibrated peak (CPU) or the datasheet's
+    if peak <= 0:
         raise UsageError(f"no datasheet peak for GPU {topo.gpus[0].name!r}: give --profile with a calibrated one")
     tokens = micro_batch * seq_len
-    rate = spec.bf16_dense_flops * profile.compute_efficiency
+    rate = peak * profile.compute_efficiency
     model_flops = training_flops_per_token(model, seq_len) * tokens
     compute_s = hardware_flops_per_token(model, seq_len, activation_checkpointing) * tokens / rate
     forward_s = model_flops / 3.0 / rate
@@ -230,5 +231,5 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topo.islands_spanned(gpus)),
-        mfu=model_flops / step / spec.bf16_dense_flops, topology=topo.name, profile_fingerprint=profile.fingerprint,
+        mfu=model_flops / step / peak, topology=topo.name, profile_fingerprint=profile.fingerprint,
     )
