@@ -210,7 +210,22 @@ def render_markdown(results: dict, profile) -> str:
             cross = network.crossover_bytes(network.describe_group(c.indices, c), profile)
             cells.append("tree throughout" if cross is None else _size(cross))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "![predicted scale-out](results/scaleout.png)", "",
+    lines += ["", "## The model, in short", "",
+              "For a group of n GPUs on N nodes, k on each (costmodel/network.py; tuning.cc = NCCL 2.20.3",
+              "src/graph/tuning.cc, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime`):", "",
+              "    bus    = min(node ring over k GPUs x achieved fraction, k x per-GPU NIC share)",
+              "    time   = latency + bytes / algbw                          (us and GB/s in tuning.cc)",
+              "    ring   latency = base + (2(n-1) - 2N) x intra + 2N x net,  algbw = bus x n / 2(n-1)",
+              "    tree   latency = base + 2 ((k-1) x intra + log2(N) x net), algbw = 0.5 x 0.92 x bus x correction(size)",
+              "",
+              "base, intra and net are tuning.cc's baseLat/hwLat per protocol (LL: low latency, a quarter of",
+              "the bandwidth; Simple: full bandwidth); each algorithm takes the faster protocol, the tuner the",
+              "faster algorithm (`--algo`-style forcing is `collective_time_s(..., algorithm=\"ring\")`). Both",
+              "algorithms move about the same bytes (NCCL 2.4's double binary trees keep full bandwidth), so",
+              "tree's bandwidth is about 0.92 of ring's on many ranks; what differs is latency, linear in n",
+              "for ring, logarithmic in N for tree. All-gather and reduce-scatter are rings only. Groups",
+              "inside one node use costmodel/comm.py (calibrated on this project's H200 measurements).", "",
+              "![predicted scale-out](results/scaleout.png)", "",
               "What the model leaves out: in-network reduction (SHARP/NVLS, CollNet), congestion and",
               "oversubscription above the leaf switches, stragglers, and pipeline or tensor parallelism (a",
               "70B model across many nodes is usually trained with them). Calibrate on a real cluster with",
