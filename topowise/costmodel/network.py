@@ -29,7 +29,9 @@ tree's with 2 log2 N network hops. Tree therefore wins small messages on many no
 large ones; `crossover_bytes` finds the size where they meet. Each algorithm takes the faster of
 two protocols, LL (8-byte flags: low latency, a quarter of the bandwidth, capped) and Simple
 (LL128, in between, is left out). Left out too: NVLS/SHARP and CollNet (in-network reduction),
-NCCL's per-channel caps, the chunk-size pipeline start-up.
+NCCL's per-channel caps, the chunk-size pipeline start-up. A fabric that is not rail-optimized
+changes nothing here: NCCL keeps each ring channel on one NIC index, and crossing the spine costs
+no bandwidth in a non-blocking fat tree (oversubscription, which would, is not modelled).
 
 Groups inside one node defer to costmodel/comm.py (calibrated on this project's measurements).
 """
