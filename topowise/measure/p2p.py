@@ -33,12 +33,12 @@ def copy_matrix(devices: list[int], nbytes: int, *, iters: int = 10, warmup: int
             if i == j:
                 continue
             src, dst = bufs[i][0], bufs[j][1]
-            for _ in range(warmup):
-                dst.copy_(src)
-            _sync(devices)
-            # The copy runs on the source's stream and the destination's current stream waits for it,
-            # so two events on the destination's stream bracket the copies.
+            # Warm-up and timed copies on the same (destination's) stream: the first copy on a stream
+            # pays for peer mappings, which must not land in the timed loop.
             with torch.cuda.device(j):
+                for _ in range(warmup):
+                    dst.copy_(src)
+                _sync(devices)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 for _ in range(iters):
