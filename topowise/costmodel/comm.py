@@ -88,10 +88,10 @@ def group_link(topo: Topology, gpus) -> tuple[float, str]:
     if len(members) < 2:
         return math.inf, "local"
     gbps = topo.bottleneck_gbps(members)
-    pairs = [topo.link(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
-    if all(l.is_nvlink for l in pairs) or any(l.is_nvlink and l.gbps == gbps for l in pairs):
-        return gbps, "NV"
-    return gbps, "PCIe"
+    # Inside one NVLink island the ring stays on NVLink (a hybrid mesh routes around its PCIe pairs);
+    # a group that spans islands must cross the host path. No pair loop: groups can hold 512 GPUs.
+    return gbps, ("NV" if len(topo.islands_spanned(members)) == 1 and len(topo.island_of(members[0])) > 1
+                  else "PCIe")
 
 
 def collective_time(op: str, nbytes: float, n: int, line_gbps: float, link: str, profile: Profile) -> float:
