@@ -92,6 +92,7 @@ class Prediction:
     mfu: float = 0.0
     topology: str = ""
     profile_fingerprint: str = ""
+    engine: str = "pytorch"  # or "deepspeed" (costmodel/deepspeed.py)
 
     def to_dict(self) -> dict:
         """predict --json (DESIGN.md keys: model{name, params}, step_time_s, tokens_per_s, ...)."""
@@ -115,6 +116,7 @@ class Prediction:
             "bottleneck_gbps": self.bottleneck_gbps,
             "islands_spanned": self.islands_spanned,
             "profile_fingerprint": self.profile_fingerprint,
+            "engine": self.engine,
         }
 
     @classmethod
@@ -128,7 +130,7 @@ class Prediction:
             time=TimeBreakdown.from_dict(data["time"]), memory=MemoryBreakdown.from_dict(data["memory"]),
             fits=data["fits"], bottleneck_gbps=data["bottleneck_gbps"], islands_spanned=data["islands_spanned"],
             mfu=data.get("mfu", 0.0), topology=data.get("topology", ""),
-            profile_fingerprint=data.get("profile_fingerprint", ""),
+            profile_fingerprint=data.get("profile_fingerprint", ""), engine=data.get("engine", "pytorch"),
         )
 
 
@@ -157,8 +159,18 @@ def exposed_time(hideable_s: float, window_s: float, overlap: float) -> float:
 
 def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: str, *, micro_batch: int = 1,
             seq_len: int = 4096, activation_checkpointing: bool = False, fabric: str = "nvlink",
-            shard_group_size: int | None = None, profile: Profile | None = None) -> Prediction:
-    """Step time and memory per GPU for `strategy` on `gpus` of `topo`; one micro-batch per step."""
+            shard_group_size: int | None = None, profile: Profile | None = None,
+            engine: str = "pytorch") -> Prediction:
+    """Step time and memory per GPU for `strategy` on `gpus` of `topo`; one micro-batch per step.
+    engine "deepspeed": DeepSpeed ZeRO's buffers and traffic (costmodel/deepspeed.py)."""
+    if engine == "deepspeed":
+        from topowise.costmodel.deepspeed import predict_deepspeed
+
+        return predict_deepspeed(model, topo, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len,
+                                 activation_checkpointing=activation_checkpointing, fabric=fabric,
+                                 shard_group_size=shard_group_size, profile=profile)
+    if engine != "pytorch":
+        raise UsageError(f"unknown engine {engine!r}; valid: pytorch, deepspeed")
     profile = profile or default_profile()
     strategy = normalize_strategy(strategy)
     if micro_batch < 1:

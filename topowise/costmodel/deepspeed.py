@@ -1,0 +1,229 @@
+"""DeepSpeed ZeRO as its own engine: where its buffers and traffic differ from FSDP2's.
+
+`predict(..., engine="deepspeed")` (step.py) comes here. Compute, the loss and the activations are
+the PyTorch engine's (the same bench transformer, bf16 weights so no autocast: as FSDP2's); what
+changes is how DeepSpeed 0.19 holds and moves the training state (bf16 enabled, grad_accum_dtype
+unset, overlap_comm and contiguous_gradients on, torch's fused AdamW as a client optimizer; the
+config of topowise.export.deepspeed.zero_config, which `bench train --engine deepspeed` runs).
+Source for every statement below: deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, config.py of
+DeepSpeed 0.19.8.
+
+State per GPU (P parameters, n ranks):
+- zero1 / zero2: the bf16 model (2P, every rank), fp32 master weights and AdamW m, v of the rank's
+  partition (12P/n). Gradients in bf16: zero1 keeps the full bf16 gradients until the step (2P),
+  zero2 copies its partition into a persistent contiguous buffer (2P/n). Two reduce buckets of
+  reduce_bucket_size bf16 elements (double-buffered for overlap_comm). At the step the partition's
+  gradient is converted to fp32 (4P/n).
+- zero3: bf16 parameter partitions (2P/n) and whole copies of the tensors at or under
+  stage3_param_persistence_threshold (1e5 elements: the norms); gathered bf16 parameters of the
+  module computing plus the prefetch bucket (stage3_prefetch_bucket_size elements); persistent bf16
+  gradient partitions (2P/n); one reduce bucket; fp32 master, m, v (12P/n); fp32 gradient at the step.
+- data_types.grad_accum_dtype "fp32" (`grad_accum_fp32`): gradients accumulate in fp32 (zero1 runs
+  DeepSpeed's BF16_Optimizer with a full fp32 gradient, 4P; zero2/zero3 fp32 partitions, 4P/n).
+
+Traffic per step (bf16 everywhere: DeepSpeed reduces in the model dtype unless
+communication_data_type says otherwise, where FSDP2 here reduce-scatters fp32):
+- zero1 / zero2: the gradient buckets are all-reduced (use_multi_rank_bucket_allreduce, the default:
+  each rank keeps its slice), 2P bytes in buckets of 2 x reduce_bucket_size, behind the backward
+  except the last; after the optimizer step the updated bf16 parameters are all-gathered (2P, in
+  allgather_bucket_size pieces), exposed: FSDP2's zero2 gathers in forward, overlapped.
+- zero3: a bf16 all-gather per gathered module (4 Linear modules per block in the bench
+  transformer) in forward and again in backward, prefetched; the root tensor(s) (embedding, output
+  layer; once when tied) at their use; bf16 gradients reduce-scattered per reduce bucket.
+Memory-bound copies: each bf16 gradient into the reduce bucket (2+2 bytes per parameter), the
+partition's gradient to fp32 (2+4 per local parameter) and the fp32 master back to bf16 (4+2).
+Not modelled: DeepSpeed's Python-side hook overhead per module (visible at small models; the
+measured records in docs/results show how much).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from topowise.costmodel import comm as C
+from topowise.costmodel.memory import (MemoryBreakdown, activation_bytes_per_token_per_layer,
+                                       block_backward_temp_bytes_per_token, block_input_bytes_per_token,
+                                       head_bytes_per_token, logits_bytes_per_token, rope_bytes)
+from topowise.errors import UsageError
+
+STRATEGIES = ("zero1", "zero2", "zero3")
+# DeepSpeed 0.19.8 defaults (runtime/zero/config.py), used where the config does not say
+DEFAULT_REDUCE_BUCKET = 500_000_000  # reduce_bucket_size, elements
+DEFAULT_ALLGATHER_BUCKET = 500_000_000  # allgather_bucket_size, elements
+DEFAULT_PREFETCH_BUCKET = 50_000_000  # stage3_prefetch_bucket_size, elements
+DEFAULT_PERSISTENCE = 100_000  # stage3_param_persistence_threshold, elements
+MODULES_PER_BLOCK = 4  # the bench transformer's Linear modules: qkv, o, gate_up, down (c_attn, c_proj, c_fc, proj)
+GRAD_TO_BUCKET_BYTES = 2 + 2  # bf16 gradient copied into the reduce bucket
+GRAD_TO_FP32_BYTES = 2 + 4  # bf16 gradient partition read, fp32 written
+MASTER_TO_BF16_BYTES = 4 + 2  # fp32 master read, bf16 parameter written
+BACKWARD_FIRST = "backward-first"  # the first backward gather (zero3 output layer): nothing to hide behind
+
+
+def deepspeed_buckets(model, link_gbps: float | None) -> dict:
+    """The bucket sizes (elements) `plan --export deepspeed` and `bench train --engine deepspeed` use."""
+    try:
+        from topowise.export.deepspeed import bucket_elements
+    except ImportError:  # exports not there: DeepSpeed's defaults
+        return {"reduce": DEFAULT_REDUCE_BUCKET, "allgather": DEFAULT_ALLGATHER_BUCKET,
+                "prefetch": DEFAULT_PREFETCH_BUCKET}
+    size = bucket_elements(link_gbps, 2)
+    return {"reduce": size, "allgather": size, "prefetch": size}
+
+
+def persistent_params(model, threshold: int = DEFAULT_PERSISTENCE) -> int:
+    """zero3 keeps tensors of at most `threshold` elements whole on every rank: the norm weights (and
+    q/k/v biases of a Qwen2 block, which live in the qkv Linear here, so gathered with it)."""
+    h = model.hidden_size
+    norms = model.num_layers * (4 if model.family == "gpt2" else 2) * h + model.final_norm_params
+    return norms if h <= threshold else 0
+
+
+def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: dict) -> tuple:
+    """DeepSpeed's collectives of one step (CollectiveCost rows, phases as comm.py's)."""
+    n = len(gpus)
+    group = tuple(sorted(gpus))
+    if n < 2:
+        return ()
+    P = model.params
+    col = lambda op, nbytes, count, phase: C.collective(op, nbytes, "bf16", group, topo, count, phase, profile)
+    out = []
+    grad_bucket = 2 * buckets["reduce"]
+    pieces = max(1, math.ceil(2 * P / grad_bucket))
+    if strategy in ("zero1", "zero2"):
+        if pieces > 1:
+            out.append(col("all_reduce", grad_bucket, pieces - 1, C.BACKWARD))
+        out.append(col("all_reduce", 2 * P - grad_bucket * (pieces - 1), 1, C.BACKWARD_LAST))
+        ag = max(1, math.ceil(P / (n * buckets["allgather"])))
+        out.append(col("all_gather", 2 * P / ag, ag, C.AFTER_STEP))
+        return tuple(out)
+    # zero3
+    gathered_block = model.layer_params - persistent_params(model) // max(model.num_layers, 1)
+    per_module = 2 * gathered_block / MODULES_PER_BLOCK
+    root = C.root_params(model) - model.final_norm_params
+    root_tensors = 1 if model.tied_embeddings else 2
+    root_each = 2 * root / root_tensors
+    modules = MODULES_PER_BLOCK * model.num_layers
+    out.append(col("all_gather", root_each, 1, C.FORWARD_FIRST))  # embedding, before any compute
+    out.append(col("all_gather", per_module, modules, C.FORWARD))
+    out.append(col("all_gather", root_each, 1, C.FORWARD))  # output layer (the embedding again when tied)
+    out.append(col("all_gather", root_each, 1, BACKWARD_FIRST))  # output layer backward, first
+    out.append(col("all_gather", per_module, modules, C.BACKWARD))
+    out.append(col("all_gather", root_each, 1, C.BACKWARD))  # the embedding's backward hook, tied or not
+    if pieces > 1:
+        out.append(col("reduce_scatter", grad_bucket, pieces - 1, C.BACKWARD))
+    out.append(col("reduce_scatter", 2 * P - grad_bucket * (pieces - 1), 1, C.BACKWARD_LAST))
+    return tuple(out)
+
+
+def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len: int,
+                     activation_checkpointing: bool, gpu_memory_bytes: int, profile, buckets: dict,
+                     grad_accum_fp32: bool = False) -> MemoryBreakdown:
+    """Peak bytes per GPU as DeepSpeed holds the state (module docstring), at the largest of four moments."""
+    P = model.params
+    tokens = micro_batch * seq_len
+    scale = getattr(profile, "activation_scale", 1.0)
+    per_layer = activation_bytes_per_token_per_layer(model, autocast=False)
+    kept = block_input_bytes_per_token(model) if activation_checkpointing else per_layer
+    saved = (tokens * (model.num_layers * kept + head_bytes_per_token(model)) + rope_bytes(model, seq_len)) * scale
+    recompute = tokens * per_layer * scale if activation_checkpointing else 0.0
+    block_temp = tokens * block_backward_temp_bytes_per_token(model)
+
+    optimizer = 12 * P / n  # fp32 master + m + v of the partition
+    if strategy == "zero3":
+        params = 2 * P / n + 2 * persistent_params(model)
+        live = 2 * (model.layer_params / MODULES_PER_BLOCK) + 2 * min(buckets["prefetch"], P)
+        base = {"reduce bucket (bf16)": 2 * buckets["reduce"], "gathered bf16 params (module + prefetch)": live}
+        grads_full = (4 if grad_accum_fp32 else 2) * P / n  # persistent partitions, from init
+        grads_start = grads_full
+    else:
+        params = 2 * P
+        base = {"reduce buckets (bf16, double-buffered)": 2 * 2 * buckets["reduce"]}
+        if strategy == "zero1":
+            grads_full = 4 * P if grad_accum_fp32 else 2 * P  # full gradients until the step
+            grads_start = 4 * P if grad_accum_fp32 else 0.0  # BF16_Optimizer's buffer is persistent
+        else:
+            grads_full = (4 if grad_accum_fp32 else 2) * P / n
+            grads_start = grads_full  # the contiguous partition buffer stays after the first step
+    block_grad = {"block gradient (bf16)": 2 * model.layer_params}
+    step_fp32 = {} if grad_accum_fp32 else {"fp32 gradient of the partition (step)": 4 * P / n}
+    phases = {
+        "loss backward": (grads_start, saved, tokens * logits_bytes_per_token(model), base),
+        "block backward": ((grads_start + grads_full) / 2, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
+        "optimizer step": (grads_full, 0.0, 0.0, {**base, **step_fp32}),
+    }
+    totals = {k: params + optimizer + g + a + lg + sum(b.values()) for k, (g, a, lg, b) in phases.items()}
+    phase = max(totals, key=totals.get)
+    grads_b, acts_b, logits_b, buffers = phases[phase]
+    allocated = totals[phase]
+    slack = profile.allocator_slack * allocated
+    overhead = slack + profile.cuda_context_bytes
+    return MemoryBreakdown(
+        peak_bytes=int(allocated + overhead), params_bytes=int(params), grads_bytes=int(grads_b),
+        optimizer_bytes=int(optimizer), activations_bytes=int(acts_b), logits_bytes=int(logits_b),
+        buffers_bytes=int(sum(buffers.values())), overhead_bytes=int(overhead),
+        gpu_memory_bytes=int(gpu_memory_bytes), allocated_bytes=int(allocated),
+        cuda_context_bytes=int(profile.cuda_context_bytes), allocator_slack_bytes=int(slack), peak_phase=phase,
+        buffers={k: int(x) for k, x in buffers.items()},
+    )
+
+
+def deepspeed_copy_bytes(model, strategy: str, n: int) -> float:
+    """Memory-bound bytes DeepSpeed adds outside the kernels of the model and the loss."""
+    local = model.params / n
+    return (GRAD_TO_BUCKET_BYTES * model.params + GRAD_TO_FP32_BYTES * local + MASTER_TO_BF16_BYTES * local)
+
+
+def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1, seq_len: int = 4096,
+                      activation_checkpointing: bool = False, fabric: str = "nvlink",
+                      shard_group_size: int | None = None, profile=None, grad_accum_fp32: bool = False,
+                      link_gbps: float | None = None):
+    """A step.Prediction for DeepSpeed ZeRO: the PyTorch engine's compute and loss, DeepSpeed's
+    state, buffers and collectives. Buckets are sized to the group's link as the export sizes them."""
+    from topowise import hardware
+    from topowise.costmodel import step as S
+    from topowise.costmodel.memory import fits
+    from topowise.costmodel.profile import default_profile
+
+    strategy = S.normalize_strategy(strategy)
+    if strategy not in STRATEGIES:
+        raise UsageError(f"--engine deepspeed predicts {', '.join(STRATEGIES)}, not {strategy} "
+                         "(ddp and hsdp: --engine pytorch)")
+    if shard_group_size is not None:
+        raise UsageError("--shard-group-size applies to hsdp, which --engine deepspeed does not predict")
+    profile = profile or default_profile()
+    base = S.predict(model, topo, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len,
+                     activation_checkpointing=activation_checkpointing, fabric=fabric, profile=profile)
+    gpus = tuple(gpus)
+    n = len(gpus)
+    wired = topo.without_nvlink() if fabric == "pcie" else topo
+    if link_gbps is None:
+        line = wired.bottleneck_gbps(gpus)
+        link_gbps = None if line == math.inf else line
+    buckets = deepspeed_buckets(model, link_gbps)
+    collectives = deepspeed_collectives(model, wired, gpus, strategy, profile, buckets)
+
+    t = base.time
+    tokens = micro_batch * seq_len
+    hbm = hardware.hbm_bytes_per_s(wired.gpu_spec.name) * profile.hbm_efficiency
+    copy_bytes = S.LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + deepspeed_copy_bytes(model, strategy, n)
+    memory_bound_s = copy_bytes / hbm
+    optimizer_s = S.ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm
+    overlap = profile.overlap.get(strategy, 0.0)
+    fixed = sum(c.time_s for c in collectives if c.phase in C.EXPOSED_PHASES + (BACKWARD_FIRST,))
+    fwd = sum(c.time_s for c in collectives if c.phase == C.FORWARD)
+    bwd = sum(c.time_s for c in collectives if c.phase == C.BACKWARD)
+    exposed = fixed + S.exposed_time(fwd, t.forward_s, overlap) + S.exposed_time(bwd, t.backward_s, overlap)
+    step = t.compute_s + memory_bound_s + optimizer_s + exposed
+    memory = deepspeed_memory(model, strategy, n, micro_batch=micro_batch, seq_len=seq_len,
+                              activation_checkpointing=activation_checkpointing,
+                              gpu_memory_bytes=base.memory.gpu_memory_bytes, profile=profile, buckets=buckets,
+                              grad_accum_fp32=grad_accum_fp32)
+    per_gpu = tokens / step
+    model_flops = base.mfu * base.step_time_s  # mfu = model FLOPs / step / peak: keep FLOPs / peak
+    extra = {"engine": "deepspeed"} if "engine" in getattr(type(base), "__dataclass_fields__", {}) else {}
+    return replace(
+        base, step_time_s=step, tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
+        time=replace(t, comm_s=sum(c.time_s for c in collectives), exposed_comm_s=exposed,
+                     collectives=collectives, memory_bound_s=memory_bound_s, optimizer_s=optimizer_s),
+        memory=memory, fits=fits(memory, profile), mfu=model_flops / step, **extra)
