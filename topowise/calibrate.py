@@ -8,10 +8,12 @@ What each parameter is fitted from (the Profile's `sources` repeat it, with the 
 - comm_efficiency / latency_s per "LINK/op": weighted least squares of t = alpha + S f / (line e)
   over the size sweep of `bench comm` (f: the nccl-tests bus factor; weights 1/t, so each size
   counts by its relative error). NVLink from `--fabric nvlink`, PCIe from `--fabric pcie`.
-- compute_efficiency and overlap per strategy: least squares (Levenberg-Marquardt on relative errors)
+- compute_efficiency, hbm_efficiency and overlap per strategy: least squares (Levenberg-Marquardt on
+  relative errors)
   of the cost model's step time (compute + memory-bound + optimizer + exposed communication) against
-  the measured median step time of a few training runs; an overlap no run could see (no hideable
-  communication) keeps its source's value and says so.
+  the measured median step time of a few training runs (two model sizes whose memory-bound share
+  differs tell compute from HBM time); an overlap no run could see (no hideable communication) keeps
+  its source's value and says so.
 - activation_scale: the same fit of the model's allocated bytes against torch.cuda.max_memory_allocated.
 - allocator_slack: the median of reserved / allocated - 1 over the same runs.
 - peak_flops (CPU only): the bf16 matrix product rate measured on each rank.
@@ -652,7 +654,7 @@ def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callabl
     if not obs:
         return profile, ParamFit({}, (), 0.0, 0.0, 0)
     strategies = [s for s in STRATEGY_ORDER if any(o.strategy == s for o in obs)]
-    names = names or ["compute_efficiency"] + [f"overlap.{s}" for s in strategies]
+    names = names or ["compute_efficiency", "hbm_efficiency"] + [f"overlap.{s}" for s in strategies]
     fit = fit_parameters(profile, names, obs, lambda p, o: predict_one(p, o).step_time_s, lambda o: o.step_time_s)
     runs = _describe_runs(obs)
     src = dict(profile.sources)
@@ -708,7 +710,7 @@ def _describe_runs(obs: list[Observation]) -> str:
 
 
 def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "", base: Profile | None = None,
-                model_loader: Callable | None = None) -> tuple[Profile, dict]:
+                model_loader: Callable | None = None, fit_names: list[str] | None = None) -> tuple[Profile, dict]:
     """Every fit in order: comm, peak (CPU), step time, memory. Returns the profile and a report."""
     profile = base or default_profile()
     gpus = tuple(topo.indices)
@@ -734,7 +736,7 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         profile = replace(profile, sources=src)
     obs = observations_from(records)
     predict_one = predictor(topo, model_loader)
-    profile, step_fit = fit_step_time(profile, obs, predict_one, where)
+    profile, step_fit = fit_step_time(profile, obs, predict_one, where, fit_names)
     profile, mem_fit = fit_memory(profile, obs, predict_one, where)
     profile = replace(profile, fingerprint=fingerprint)
     report.update(step_time=asdict(step_fit), memory=asdict(mem_fit) if mem_fit else None,
@@ -785,13 +787,12 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
         comm = {"ops": list(plan.comm_ops), "sizes": list(plan.comm_sizes), "dtype": "float32",
                 "warmup": plan.comm_warmup, "iters": plan.comm_iters, "backend": backend, "fabric": fabric,
                 "timeout_s": timeout_s, "out": str(records_dir / RECORD_FILES["collective"]), "graph": "auto"}
-    groups: dict[tuple, list[str]] = {}
-    for c in cases:
-        groups.setdefault((c.model, c.micro_batch, c.seq_len, c.activation_checkpointing), []).append(c.strategy)
-    train = [{"model": m, "strategies": ",".join(s), "micro_batch": mb, "seq_len": seq, "steps": plan.steps,
-              "warmup": plan.warmup, "activation_checkpointing": ac, "fabric": fabric, "device": plan.device,
-              "nproc": nproc, "timeout_s": timeout_s, "out": str(records_dir / RECORD_FILES["train"])}
-             for (m, mb, seq, ac), s in groups.items()]
+    # one bench-train request per case, so that the rank can check between cases that the last one
+    # left no memory behind (it would count in the next one's max_memory_allocated)
+    train = [{"model": c.model, "strategies": c.strategy, "micro_batch": c.micro_batch, "seq_len": c.seq_len,
+              "steps": plan.steps, "warmup": plan.warmup, "activation_checkpointing": c.activation_checkpointing,
+              "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
+              "out": str(records_dir / RECORD_FILES["train"])} for c in cases]
     return {"backend": backend, "fabric": fabric, "comm": comm, "train": train, "timeout_s": timeout_s,
             "matmul_out": str(records_dir / RECORD_FILES["matmul"]),
             "heartbeat": str(records_dir / f".heartbeat.{fabric}")}
@@ -827,6 +828,10 @@ def rank_main(config: dict) -> None:
             say(f"bf16 {n}^3 matrix product: {rate / 1e12:.3g} TFLOP/s")
         for req in config.get("train", []):
             request = train.make_request(**req)
+            left = allocated_now(rank.device)
+            if left > 64 * MIB:
+                say(f"note: {left / MIB:.0f} MiB still allocated before {req['model']} {req['strategies']}: it counts "
+                    "in that run's peak memory")
 
             def on_event(event, case, record, request=request):
                 if event == "done":
@@ -836,6 +841,12 @@ def rank_main(config: dict) -> None:
                            f"({record.get('error', '')[:120]})"))
 
             train.bench_train(request, None, on_event)
+    except BaseException as exc:  # noqa: BLE001 - one clear line, and no waiting on peers stuck in a collective
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        sys.stderr.write(f"topowise: error: rank {rank.rank}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)  # torchrun then stops the other ranks
     finally:
         try:
             import torch.distributed as dist
@@ -844,6 +855,18 @@ def rank_main(config: dict) -> None:
                 dist.destroy_process_group()
         except Exception:
             pass
+
+
+def allocated_now(device: str) -> int:
+    """Bytes the caching allocator holds for tensors right now (0 on CPU)."""
+    if not device.startswith("cuda"):
+        return 0
+    import gc
+
+    import torch  # rank side only
+
+    gc.collect()
+    return int(torch.cuda.memory_allocated())
 
 
 def train_matmul_rate(device: str) -> tuple[float | None, int]:
@@ -902,7 +925,7 @@ def read_records_dir(folder: Path) -> tuple[list[dict], dict]:
 
 def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, from_records: str | None,
               use_cache: bool = True, timeout_s: float = 600.0, progress: Callable[[str], None] | None = None,
-              plan: Plan | None = None) -> Calibration:
+              plan: Plan | None = None, fit_names: list[str] | None = None) -> Calibration:
     """Measure (unless from_records), fit, write the profile (to `out` and the cache)."""
     from topowise.topology.model import Topology
 
@@ -936,7 +959,7 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
         (folder / META_FILE).write_text(json.dumps(meta, indent=2))
         recs, _ = read_records_dir(folder)
     where = f"{parse_fingerprint(fp_text).get('name', '?')}, {meta.get('started', '')[:10]}"
-    profile, report = fit_profile(recs, topo, fp_text, where=where)
+    profile, report = fit_profile(recs, topo, fp_text, where=where, fit_names=fit_names)
     report["measure_s"] = meta.get("measure_s")
     target = Path(out) if out else None
     cached = cache_path(fp_text) if use_cache else None

@@ -87,11 +87,13 @@ CAL_CASES = [(c.model, c.strategy, c.micro_batch, c.seq_len, c.fabric) for c in 
 
 
 def test_step_time_fit_recovers_efficiency_and_overlaps(topo):
-    truth = replace(default_profile(), compute_efficiency=TRUE["compute_efficiency"], overlap=dict(TRUE["overlap"]))
+    truth = replace(default_profile(), compute_efficiency=TRUE["compute_efficiency"], overlap=dict(TRUE["overlap"]),
+                    hbm_efficiency=0.62)
     obs = cal.observations_from(synthetic_train(topo, CAL_CASES, truth))
     start = default_profile()
     fitted, fit = cal.fit_step_time(start, obs, cal.predictor(topo), "synthetic")
     assert fitted.compute_efficiency == pytest.approx(0.57, abs=2e-3)
+    assert fitted.hbm_efficiency == pytest.approx(0.62, abs=1e-2)
     for s in ("ddp", "zero1", "zero2", "zero3"):  # every strategy calibration ran
         assert fitted.overlap[s] == pytest.approx(TRUE["overlap"][s], abs=1e-2), s
     assert fitted.overlap["hsdp"] == fitted.overlap["zero3"]  # not run: inherits zero3's
@@ -183,7 +185,9 @@ def test_gpu_validation_set_meets_the_target_shape():
 def test_rank_config_groups_strategies_per_shape(tmp_path):
     plan = cal.GPU_CALIBRATION
     cfg = cal.rank_config(plan, "pcie", [c for c in plan.cases if c.fabric == "pcie"], 2, tmp_path, "nccl", 600)
-    assert [t["strategies"] for t in cfg["train"]] == ["ddp,zero3", "ddp,zero1,zero2,zero3"]
+    assert [(t["model"], t["strategies"]) for t in cfg["train"]] == [
+        ("qwen2.5-0.5b", "ddp"), ("qwen2.5-0.5b", "zero3"), ("llama3.2-1b", "ddp"), ("llama3.2-1b", "zero1"),
+        ("llama3.2-1b", "zero2"), ("llama3.2-1b", "zero3")]
     assert all(t["fabric"] == "pcie" and t["out"].endswith("train.jsonl") for t in cfg["train"])
     assert cfg["comm"]["fabric"] == "pcie" and cfg["comm"]["sizes"][0] == 2**20 and cfg["comm"]["sizes"][-1] == 2**28
 
@@ -322,3 +326,52 @@ def test_cache_lookup_is_quick_and_never_imports_torch(tmp_path):
 def test_cache_dir_defaults_to_home_cache(monkeypatch):
     assert cal.cache_dir({"XDG_CACHE_HOME": "/x"}) == cal.Path("/x/topowise/profiles")
     assert str(cal.cache_dir({})).endswith(".cache/topowise/profiles")
+
+
+# --- offline: re-fit recorded GPU runs, validate recorded runs (no GPU here) --------------------------
+def test_refit_and_validate_recorded_gpu_runs_offline(tmp_path, topo):
+    from topowise.cli.main import main
+
+    truth = replace(default_profile(), compute_efficiency=0.58, hbm_efficiency=0.7, overlap=dict(TRUE["overlap"]),
+                    activation_scale=1.05)
+    folder = tmp_path / "h200-records"
+    folder.mkdir()
+    fp = "device=cuda; name=NVIDIA H200; count=2; driver=580; nccl=2.28.3; torch=2.11.0"
+    (folder / "meta.json").write_text(json.dumps({"fingerprint": fp, "topology": topo.to_dict(), "device": "cuda",
+                                                  "nproc": 2, "started": "2026-11-30T02:00:00Z"}))
+    recs = comm_records("all_reduce", "nvlink", 478.125, 0.69, 20e-6) + comm_records("all_reduce", "pcie", 63.0, 0.44, 30e-6)
+    with open(folder / "collectives.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in recs)
+    truth = cal.apply_comm_fits(truth, [cal.CommFit("NV", "all_reduce", 0.69, 20e-6, 478.125, 9, 1, 2, 0),
+                                        cal.CommFit("PCIe", "all_reduce", 0.44, 30e-6, 63.0, 9, 1, 2, 0)], "t")
+    with open(folder / "train.jsonl", "w") as fh:
+        fh.writelines(json.dumps(dict(r, reserved_bytes=r["peak_memory_bytes"] * 1.02)) + "\n"
+                      for r in synthetic_train(topo, CAL_CASES, truth))
+    out = tmp_path / "h200.json"
+    assert main(["calibrate", "--from-records", str(folder), "--out", str(out), "--no-cache", "--json"]) == 0
+    profile = load_profile(out)
+    assert profile.fingerprint == fp
+    assert profile.compute_efficiency == pytest.approx(0.58, abs=5e-3)
+    assert profile.activation_scale == pytest.approx(1.05, abs=5e-3)
+    assert profile.allocator_slack == pytest.approx(0.02, abs=1e-3)
+    # validation cases measured "elsewhere", re-evaluated here against the records' topology
+    measured = tmp_path / "val-records"
+    measured.mkdir()
+    (measured / "meta.json").write_text((folder / "meta.json").read_text())
+    val_cases = [(c.model, c.strategy, c.micro_batch, c.seq_len, c.fabric) for c in cal.GPU_VALIDATION.cases
+                 if c.strategy != "hsdp"]
+    with open(measured / "train.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in synthetic_train(topo, val_cases, truth))
+    assert main(["validate", "--profile", str(out), "--measured", str(measured / "train.jsonl"),
+                 "--out", str(tmp_path / "v.jsonl"), "--no-plot", "--json"]) == 0
+    rows = [json.loads(l) for l in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert len(rows) == len(val_cases)
+    assert max(abs(r["step_time_error"]) for r in rows) < 0.01  # the model itself made these numbers
+    assert max(abs(r["peak_memory_error"]) for r in rows) < 0.01
+    # a profile of another GPU is refused for these records unless forced
+    other = tmp_path / "h100.json"
+    other.write_text(replace(profile, fingerprint=fp.replace("NVIDIA H200", "NVIDIA H100 80GB HBM3")).to_json())
+    assert main(["validate", "--profile", str(other), "--measured", str(measured / "train.jsonl"),
+                 "--out", str(tmp_path / "w.jsonl"), "--no-plot"]) == 2
+    assert main(["validate", "--profile", str(other), "--measured", str(measured / "train.jsonl"),
+                 "--out", str(tmp_path / "w.jsonl"), "--no-plot", "--json", "--force-profile"]) == 0

@@ -21,10 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for the raw JSONL (default: next to the profile, PROFILE-records/)")
     parser.add_argument("--from-records", metavar="DIR", default=None,
                         help="fit the records of an earlier run in DIR; measure nothing")
+    parser.add_argument("--fit", metavar="NAMES", default=None,
+                        help="step-time parameters to fit, comma-separated (default: compute_efficiency, "
+                             "hbm_efficiency and overlap.S for each strategy measured); e.g. with --from-records")
     parser.add_argument("--no-cache", action="store_true",
                         help="do not write the profile to the cache predict/plan/study look in")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds without progress before a measuring run is stopped (default 600)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds without progress before a measuring run is stopped (default 300)")
     parser.add_argument("--json", action="store_true", help="print the profile and the fit report as JSON")
 
 
@@ -48,6 +51,22 @@ def default_device_and_nproc(device: str | None, nproc: int | None) -> tuple[str
     return "cuda", count if nproc is None else nproc
 
 
+def parse_fit_names(text: str | None) -> list[str] | None:
+    from topowise.calibrate import PARAM_BOUNDS, STRATEGY_ORDER
+    from topowise.errors import UsageError
+
+    if not text:
+        return None
+    valid = ["compute_efficiency", "hbm_efficiency"] + [f"overlap.{s}" for s in STRATEGY_ORDER]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in valid]
+    if bad or not names:
+        raise UsageError(f"--fit {text!r}: unknown parameter(s) {', '.join(bad) or '(none given)'}; "
+                         f"choose from {', '.join(valid)}")
+    assert all(n in PARAM_BOUNDS or n.startswith("overlap.") for n in names)
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
     from topowise.calibrate import calibrate
     from topowise.errors import UsageError
@@ -60,11 +79,12 @@ def run(args: argparse.Namespace) -> int:
         device, nproc = args.device or "cuda", args.nproc or 0
     else:
         device, nproc = default_device_and_nproc(args.device, args.nproc)
+    fit_names = parse_fit_names(args.fit)
     progress = None if args.json else (lambda line: print(line, flush=True))
     if progress and not args.from_records:
         progress(f"calibrating {device} with {nproc} processes: comm sweep and training steps per fabric")
     result = calibrate(device=device, nproc=nproc, out=args.out, records=args.records, from_records=args.from_records,
-                       use_cache=not args.no_cache, timeout_s=args.timeout, progress=progress)
+                       use_cache=not args.no_cache, timeout_s=args.timeout, progress=progress, fit_names=fit_names)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -84,7 +104,8 @@ def render(result) -> None:
     table.add_column("parameter")
     table.add_column("value", justify="right")
     table.add_column("fitted from", overflow="fold")
-    rows = [("compute_efficiency", f"{p.compute_efficiency:.3f}"), ("peak_flops", f"{p.peak_flops:.4g}"),
+    rows = [("compute_efficiency", f"{p.compute_efficiency:.3f}"), ("hbm_efficiency", f"{p.hbm_efficiency:.3f}"),
+            ("peak_flops", f"{p.peak_flops:.4g}"),
             ("activation_scale", f"{p.activation_scale:.3f}"), ("allocator_slack", f"{p.allocator_slack:.3f}")]
     rows += [(f"overlap.{s}", f"{v:.3f}") for s, v in p.overlap.items()]
     for key in sorted(p.comm_efficiency):
@@ -92,6 +113,7 @@ def render(result) -> None:
         rows.append((f"latency_s.{key}", f"{p.latency_s[key] * 1e6:.1f} us"))
     for name, value in rows:
         source = p.sources.get(name, "")
+        source = source if len(source) <= 150 else source[:147] + "..."  # whole in the profile JSON
         style = None if source.startswith("calibrated") else "dim"
         table.add_row(name, value, source, style=style)
     console.print(table)

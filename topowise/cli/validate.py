@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare these recorded training runs (bench train / validate records) instead of measuring")
     parser.add_argument("--topology", metavar="T", default=None,
                         help="with --measured: the topology they ran on (default: the records' meta.json, else this machine)")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds without progress before a measuring run is stopped (default 600)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds without progress before a measuring run is stopped (default 300)")
     parser.add_argument("--json", action="store_true", help="print the cases and the summary as JSON")
 
 
