@@ -750,12 +750,16 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
 
 
 def measure(plan: Plan, nproc: int, records_dir: Path, *, timeout_s: float = 600.0,
-            progress: Callable[[str], None] | None = None) -> None:
-    """Run `plan` on this machine; append every record to records_dir/{collectives,train,matmul}.jsonl."""
+            progress: Callable[[str], None] | None = None) -> list[str]:
+    """Run `plan` on this machine; append every record to records_dir/{collectives,train,matmul}.jsonl.
+
+    A fabric whose launch fails or hangs does not stop the next one (GPU time is dear: what was
+    measured is fitted); the problems are returned, one line each."""
     from topowise.measure.launcher import launch
 
     records_dir.mkdir(parents=True, exist_ok=True)
     backend = "nccl" if plan.device == "cuda" else "gloo"
+    problems: list[str] = []
     for fabric in plan.fabrics:
         cases = [c for c in plan.cases if c.fabric == fabric]
         if not cases and not plan.comm_ops:
@@ -772,11 +776,14 @@ def measure(plan: Plan, nproc: int, records_dir: Path, *, timeout_s: float = 600
         status = launch(ENTRY, config, nproc=nproc, env=env, timeout_s=timeout_s, heartbeat=str(heartbeat))
         heartbeat.unlink(missing_ok=True)
         if status == 124:
-            raise UsageError(f"measuring on fabric {fabric} stopped: no progress for {timeout_s:g} s (a hung "
-                             f"collective?); what was measured is in {records_dir}")
-        if status != 0:
-            raise UsageError(f"measuring on fabric {fabric} failed (exit status {status}); the ranks' messages are "
-                             f"above, what was measured is in {records_dir}")
+            problems.append(f"measuring on fabric {fabric} stopped: no progress for {timeout_s:g} s (a hung "
+                            "collective?); its records up to then are used")
+        elif status != 0:
+            problems.append(f"measuring on fabric {fabric} failed (exit status {status}; the ranks' messages are "
+                            "above); its records up to then are used")
+        if progress and status != 0:
+            progress(problems[-1])
+    return problems
 
 
 def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_dir: Path, backend: str,
@@ -954,13 +961,18 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
         meta = {"fingerprint": fp_text, "topology": topo.to_dict(), "device": device, "nproc": nproc,
                 "plan": _plan_dict(plan), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (folder / META_FILE).write_text(json.dumps(meta, indent=2))
-        measure(plan, nproc, folder, timeout_s=timeout_s, progress=progress)
+        problems = measure(plan, nproc, folder, timeout_s=timeout_s, progress=progress)
         meta["measure_s"] = round(time.monotonic() - started, 1)
+        meta["problems"] = problems
         (folder / META_FILE).write_text(json.dumps(meta, indent=2))
         recs, _ = read_records_dir(folder)
+        if not any(r.get("kind") == "collective" for r in recs) and not observations_from(recs):
+            raise UsageError(f"nothing was measured ({'; '.join(problems)}); see the messages above")
     where = f"{parse_fingerprint(fp_text).get('name', '?')}, {meta.get('started', '')[:10]}"
     profile, report = fit_profile(recs, topo, fp_text, where=where, fit_names=fit_names)
     report["measure_s"] = meta.get("measure_s")
+    report["problems"] = meta.get("problems", [])
+    report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]
     target = Path(out) if out else None
     cached = cache_path(fp_text) if use_cache else None
     for path in (target, cached):
@@ -1114,6 +1126,7 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
 
     started = time.monotonic()
     out_path = Path(out) if out else None
+    problems: list[str] = []
     if measured:
         recs = read_records(measured, kind="train")
         if not recs:
@@ -1134,7 +1147,7 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
             "fingerprint": fingerprint_text(fp) if fp else "", "topology": topo.to_dict(), "device": device,
             "nproc": nproc, "plan": _plan_dict(plan), "profile": profile.fingerprint,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2))
-        measure(plan, nproc, folder, timeout_s=timeout_s, progress=progress)
+        problems = measure(plan, nproc, folder, timeout_s=timeout_s, progress=progress)
         measured_path = str(folder / RECORD_FILES["train"])
         recs = read_records(measured_path, kind="train")
     rows = compare(recs, profile, topo)
@@ -1142,7 +1155,7 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
         out_path.unlink(missing_ok=True)  # derived from the measurements: written whole each time
         for r in rows:
             append_record(out_path, r.to_record(profile.fingerprint))
-    summary = summarize(rows)
+    summary = dict(summarize(rows), problems=problems)
     plot_path = None
     if make_plot:
         plot_path = plot or (str(out_path.with_suffix(".png")) if out_path else "topowise-validation.png")

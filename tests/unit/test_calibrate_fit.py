@@ -375,3 +375,19 @@ def test_refit_and_validate_recorded_gpu_runs_offline(tmp_path, topo):
                  "--out", str(tmp_path / "w.jsonl"), "--no-plot"]) == 2
     assert main(["validate", "--profile", str(other), "--measured", str(measured / "train.jsonl"),
                  "--out", str(tmp_path / "w.jsonl"), "--no-plot", "--json", "--force-profile"]) == 0
+
+
+def test_a_failed_fabric_does_not_stop_the_next(tmp_path, monkeypatch):
+    import topowise.measure.launcher as launcher
+
+    calls = []
+
+    def fake_launch(entry, config, *, nproc, env=None, timeout_s=None, heartbeat=None, stderr_path=None):
+        calls.append((config["fabric"], dict(env or {})))
+        return 124 if config["fabric"] == "nvlink" else 0
+
+    monkeypatch.setattr(launcher, "launch", fake_launch)
+    problems = cal.measure(cal.GPU_CALIBRATION, 2, tmp_path, timeout_s=30)
+    assert [f for f, _ in calls] == ["nvlink", "pcie"]
+    assert "NCCL_P2P_DISABLE" not in calls[0][1] and calls[1][1]["NCCL_P2P_DISABLE"] == "1"
+    assert len(problems) == 1 and "nvlink" in problems[0] and "no progress for 30 s" in problems[0]

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         render(result)
-    return 0
+    return 1 if result.report.get("problems") else 0
 
 
 def render(result) -> None:
@@ -108,7 +108,11 @@ def render(result) -> None:
             ("peak_flops", f"{p.peak_flops:.4g}"),
             ("activation_scale", f"{p.activation_scale:.3f}"), ("allocator_slack", f"{p.allocator_slack:.3f}")]
     rows += [(f"overlap.{s}", f"{v:.3f}") for s, v in p.overlap.items()]
+    kept = 0
     for key in sorted(p.comm_efficiency):
+        if not p.sources.get(f"comm_efficiency.{key}", "").startswith("calibrated"):
+            kept += 1  # a link class this machine does not have, or an op not measured
+            continue
         rows.append((f"comm_efficiency.{key}", f"{p.comm_efficiency[key]:.3f}"))
         rows.append((f"latency_s.{key}", f"{p.latency_s[key] * 1e6:.1f} us"))
     for name, value in rows:
@@ -116,6 +120,8 @@ def render(result) -> None:
         source = source if len(source) <= 150 else source[:147] + "..."  # whole in the profile JSON
         style = None if source.startswith("calibrated") else "dim"
         table.add_row(name, value, source, style=style)
+    if kept:
+        table.caption = f"{kept} link/op pairs not measured here keep their defaults (see the profile's sources)"
     console.print(table)
     st = rep.get("step_time") or {}
     if st.get("observations"):
@@ -125,8 +131,24 @@ def render(result) -> None:
     if mem.get("observations"):
         console.print(f"memory fit over {mem['observations']} runs: rms error {100 * mem['rms_error']:.1f}%, "
                       f"worst {100 * mem['max_error']:.1f}%")
+    detail = rep.get("runs_detail") or []
+    if detail:
+        runs = Table(title="Calibration runs with the fitted profile", show_edge=False)
+        for col in ("run", "fabric", "pred ms", "meas ms", "error", "pred GiB", "meas GiB", "error"):
+            runs.add_column(col, justify="left" if col in ("run", "fabric") else "right")
+        for d in detail:
+            m, p_ = d["measured"], d["predicted"]
+            fmt = lambda v, scale: "-" if v is None else f"{v * scale:.1f}" if scale == 1e3 else f"{v * scale:.2f}"
+            pct = lambda v: "-" if v is None else f"{100 * v:+.1f}%"
+            runs.add_row(f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}", d["fabric"],
+                         fmt(p_["step_time_s"], 1e3), fmt(m["step_time_s"], 1e3), pct(d["step_time_error"]),
+                         fmt(p_["allocated_bytes"], 1 / 1024**3), fmt(m["peak_memory_bytes"], 1 / 1024**3),
+                         pct(d["peak_memory_error"]))
+        console.print(runs)
     for failed in rep.get("failed", []):
         console.print(f"[yellow]run not used: {failed}[/]")
+    for problem in rep.get("problems", []):
+        console.print(f"[red]{problem}[/]")
     if result.elapsed_s is not None:
         console.print(f"calibration took {result.elapsed_s:.0f} s (measuring {rep.get('measure_s') or 0:.0f} s)")
     console.print(f"profile: {result.profile_path}" + (f" (cached: {result.cache_path})" if result.cache_path and

@@ -124,6 +124,8 @@ def render(result, where: str) -> None:
                       f"({100 * g['slower_by']:.1f}% slower) {mark}")
     for failed in s["failed"]:
         console.print(f"[yellow]not compared: {failed}[/]")
+    for problem in s.get("problems", []):
+        console.print(f"[red]{problem}[/]")
     if result.rows:
         target = meets_target(s)
         console.print("target: " + ", ".join(f"{k} {'[green]yes[/]' if v else '[red]no[/]'}" for k, v in target.items()))
