@@ -8,8 +8,9 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="llama3.2-1b", help="model preset or path to a config.json (default llama3.2-1b)")
-    parser.add_argument("--strategies", default="ddp,zero1,zero2,zero3,hsdp",
-                        help="comma-separated: ddp, zero1, zero2, zero3 (fsdp), hsdp (default all)")
+    parser.add_argument("--strategies", default=None,
+                        help="comma-separated: ddp, zero1, zero2, zero3 (fsdp), hsdp (default all; "
+                             "with --engine deepspeed zero1,zero2,zero3)")
     parser.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per step (default 1)")
     parser.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (default 4096)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
@@ -27,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per strategy before it is stopped (default 600)")
     parser.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
     parser.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (default 3e-4)")
+    parser.add_argument("--engine", choices=("pytorch", "deepspeed"), default="pytorch",
+                        help="deepspeed: zero1/zero2/zero3 through DeepSpeed (pip install 'topowise[deepspeed]')")
     parser.add_argument("--out", default=None, help="append one JSON line per strategy to this file")
     parser.add_argument("--json", action="store_true", help="print the records and the loss check as JSON")
 
@@ -35,10 +38,12 @@ def run(args: argparse.Namespace) -> int:
     from topowise.measure import train
 
     request = train.make_request(
-        model=args.model, strategies=args.strategies, micro_batch=args.micro_batch, seq_len=args.seq_len,
+        model=args.model,
+        strategies=args.strategies or ("zero1,zero2,zero3" if args.engine == "deepspeed" else "ddp,zero1,zero2,zero3,hsdp"), micro_batch=args.micro_batch, seq_len=args.seq_len,
         steps=args.steps, warmup=args.warmup, activation_checkpointing=args.activation_checkpointing,
         compile=args.compile, fabric=args.fabric, device=args.device, nproc=args.nproc,
-        shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr)
+        shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr,
+        engine=args.engine)
     topology = _topology(args.topology, request)
     quiet = args.json or not train.is_reporting_rank()
     if quiet:
@@ -73,6 +78,7 @@ def _run_with_progress(train, request, topology):
     console.print(f"[bold]bench train[/] {request.spec.name} ({request.spec.params / 1e9:.2f} B parameters) on "
                   f"{request.nproc} x {first.device}, micro-batch {first.micro_batch} x seq {first.seq_len}, "
                   f"{first.warmup} warm-up + {first.steps} timed steps, fabric {first.fabric}"
+                  + (f", engine {first.engine}" if first.engine != "pytorch" else "")
                   + (", activation checkpointing" if first.activation_checkpointing else "")
                   + (", compiled" if first.compile else ""))
     if request.hsdp_note:

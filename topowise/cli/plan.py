@@ -24,6 +24,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
     parser.add_argument("--profile", metavar="FILE", help="a calibrated cost-model profile (topowise calibrate; "
                         "default: the cached one of this machine, when the topology has its GPUs)")
     parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
+    parser.add_argument("--engine", choices=("pytorch", "deepspeed"), default="pytorch",
+                        help="predict ZeRO as pytorch (FSDP2) or deepspeed runs it (default pytorch)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +68,8 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
 
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
     result = plan(model, topo, num_gpus=num_gpus, gpus=gpus, micro_batches=(micro_batch,) if micro_batch else None,
-                  seq_len=seq_len, profile=profile, top=top, fabric=args.fabric)
+                  seq_len=seq_len, profile=profile, top=top, fabric=args.fabric,
+                  engine=getattr(args, "engine", "pytorch"))
     return result, topo
 
 

@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="FILE", help="a calibrated profile from `topowise calibrate` "
                         "(default: the cached one of this machine, when the topology has its GPUs)")
     parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
+    parser.add_argument("--engine", choices=("pytorch", "deepspeed"), default="pytorch",
+                        help="whose ZeRO: pytorch (DDP, ZeroRedundancyOptimizer, FSDP2) or deepspeed (default pytorch)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -61,7 +63,8 @@ def prediction_from_args(args: argparse.Namespace):
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False)) or default_profile()
     return predict(model, topo, gpus, strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
                    activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
-                   shard_group_size=args.shard_group_size, profile=profile)
+                   shard_group_size=args.shard_group_size, profile=profile,
+                   engine=getattr(args, "engine", "pytorch"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +94,8 @@ def render(p) -> None:
     ac = ", activation checkpointing" if p.activation_checkpointing else ""
     hsdp = f", shard groups of {p.shard_group_size}" if p.shard_group_size else ""
     bottleneck = "-" if p.bottleneck_gbps is None else f"{p.bottleneck_gbps:g} GB/s line"
-    console.print(f"[bold]{p.model_name}[/] ({p.params / 1e9:.2f}B params), {p.strategy}{hsdp} on GPUs "
+    engine = "" if p.engine == "pytorch" else f" ({p.engine})"
+    console.print(f"[bold]{p.model_name}[/] ({p.params / 1e9:.2f}B params), {p.strategy}{engine}{hsdp} on GPUs "
                   f"{','.join(map(str, p.gpus))} of {p.topology} ({p.fabric}; {p.islands_spanned} NVLink "
                   f"island(s); bottleneck {bottleneck}), micro-batch {p.micro_batch} x {p.seq_len} tokens{ac}")
     t = p.time

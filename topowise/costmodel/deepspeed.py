@@ -18,6 +18,11 @@ State per GPU (P parameters, n ranks):
   stage3_param_persistence_threshold (1e5 elements: the norms); gathered bf16 parameters of the
   module computing plus the prefetch bucket (stage3_prefetch_bucket_size elements); persistent bf16
   gradient partitions (2P/n); one reduce bucket; fp32 master, m, v (12P/n); fp32 gradient at the step.
+- hsdp is DeepSpeed's nearest form, ZeRO-3 with ZeRO++ hpZ (Wang et al. 2023, arXiv 2306.10209;
+  zero_hpz_partition_size = the shard group): zero3's state plus a secondary bf16 partition of the
+  parameters inside the shard group (2P/shard), from which the backward all-gathers read, so they
+  stay inside the group (an NVLink island); forward all-gathers and gradient reduce-scatters still
+  span every rank.
 - data_types.grad_accum_dtype "fp32" (`grad_accum_fp32`): gradients accumulate in fp32 (zero1 runs
   DeepSpeed's BF16_Optimizer with a full fp32 gradient, 4P; zero2/zero3 fp32 partitions, 4P/n).
 
@@ -47,7 +52,7 @@ from topowise.costmodel.memory import (MemoryBreakdown, activation_bytes_per_tok
                                        head_bytes_per_token, logits_bytes_per_token, rope_bytes)
 from topowise.errors import UsageError
 
-STRATEGIES = ("zero1", "zero2", "zero3")
+STRATEGIES = ("zero1", "zero2", "zero3", "hsdp")  # hsdp: ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size)
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py), used where the config does not say
 DEFAULT_REDUCE_BUCKET = 500_000_000  # reduce_bucket_size, elements
 DEFAULT_ALLGATHER_BUCKET = 500_000_000  # allgather_bucket_size, elements
@@ -79,7 +84,8 @@ def persistent_params(model, threshold: int = DEFAULT_PERSISTENCE) -> int:
     return norms if h <= threshold else 0
 
 
-def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: dict) -> tuple:
+def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: dict,
+                          shard_group_size: int | None = None) -> tuple:
     """DeepSpeed's collectives of one step (CollectiveCost rows, phases as comm.py's)."""
     n = len(gpus)
     group = tuple(sorted(gpus))
@@ -87,10 +93,16 @@ def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: di
         return ()
     P = model.params
     col = lambda op, nbytes, count, phase: C.collective(op, nbytes, "bf16", group, topo, count, phase, profile)
+    if strategy == "hsdp" and shard_group_size and shard_group_size < n:  # hpZ: backward gathers in the group
+        groups = C.shard_groups(topo, gpus, shard_group_size)
+        back = lambda op, nbytes, count, phase: C.collective(op, nbytes, "bf16", groups[0], topo, count, phase,
+                                                             profile, groups)
+    else:
+        back = col
     out = []
     grad_bucket = 2 * buckets["reduce"]
     pieces = max(1, math.ceil(2 * P / grad_bucket))
-    if strategy in ("zero1", "zero2"):
+    if strategy in ("zero1", "zero2"):  # (`pieces` gradient buckets)
         if pieces > 1:
             out.append(col("all_reduce", grad_bucket, pieces - 1, C.BACKWARD))
         out.append(col("all_reduce", 2 * P - grad_bucket * (pieces - 1), 1, C.BACKWARD_LAST))
@@ -107,18 +119,18 @@ def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: di
     out.append(col("all_gather", root_each, 1, C.FORWARD_FIRST))  # embedding, before any compute
     out.append(col("all_gather", per_module, modules, C.FORWARD))
     out.append(col("all_gather", root_each, 1, C.FORWARD))  # output layer (the embedding again when tied)
-    out.append(col("all_gather", root_each, 1, BACKWARD_FIRST))  # output layer backward, first
-    out.append(col("all_gather", per_module, modules, C.BACKWARD))
-    out.append(col("all_gather", root_each, 1, C.BACKWARD))  # the embedding's backward hook, tied or not
+    out.append(back("all_gather", root_each, 1, BACKWARD_FIRST))  # output layer backward, first
+    out.append(back("all_gather", per_module, modules, C.BACKWARD))
+    out.append(back("all_gather", root_each, 1, C.BACKWARD))  # the embedding's backward hook, tied or not
     if pieces > 1:
         out.append(col("reduce_scatter", grad_bucket, pieces - 1, C.BACKWARD))
     out.append(col("reduce_scatter", 2 * P - grad_bucket * (pieces - 1), 1, C.BACKWARD_LAST))
-    return tuple(out)
+    return tuple(c for c in out if c.group_size > 1 and c.count > 0)
 
 
 def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len: int,
                      activation_checkpointing: bool, gpu_memory_bytes: int, profile, buckets: dict,
-                     grad_accum_fp32: bool = False) -> MemoryBreakdown:
+                     grad_accum_fp32: bool = False, shard_group_size: int | None = None) -> MemoryBreakdown:
     """Peak bytes per GPU as DeepSpeed holds the state (module docstring), at the largest of four moments."""
     P = model.params
     tokens = micro_batch * seq_len
@@ -130,8 +142,10 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
     block_temp = tokens * block_backward_temp_bytes_per_token(model)
 
     optimizer = 12 * P / n  # fp32 master + m + v of the partition
-    if strategy == "zero3":
+    if strategy in ("zero3", "hsdp"):
         params = 2 * P / n + 2 * persistent_params(model)
+        if strategy == "hsdp" and shard_group_size and shard_group_size < n:
+            params += 2 * P / shard_group_size  # hpZ's secondary bf16 partition
         live = 2 * (model.layer_params / MODULES_PER_BLOCK) + 2 * min(buckets["prefetch"], P)
         base = {"reduce bucket (bf16)": 2 * buckets["reduce"], "gathered bf16 params (module + prefetch)": live}
         grads_full = (4 if grad_accum_fp32 else 2) * P / n  # persistent partitions, from init
@@ -187,13 +201,13 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
 
     strategy = S.normalize_strategy(strategy)
     if strategy not in STRATEGIES:
-        raise UsageError(f"--engine deepspeed predicts {', '.join(STRATEGIES)}, not {strategy} "
-                         "(ddp and hsdp: --engine pytorch)")
-    if shard_group_size is not None:
-        raise UsageError("--shard-group-size applies to hsdp, which --engine deepspeed does not predict")
+        raise UsageError(f"--engine deepspeed predicts zero1, zero2, zero3 and hsdp (as ZeRO-3 with hpZ), "
+                         f"not {strategy} (--engine pytorch predicts it)")
     profile = profile or default_profile()
     base = S.predict(model, topo, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len,
-                     activation_checkpointing=activation_checkpointing, fabric=fabric, profile=profile)
+                     activation_checkpointing=activation_checkpointing, fabric=fabric,
+                     shard_group_size=shard_group_size, profile=profile)
+    shard_group_size = base.shard_group_size  # hsdp: checked, defaulted to the NVLink island
     gpus = tuple(gpus)
     n = len(gpus)
     wired = topo.without_nvlink() if fabric == "pcie" else topo
@@ -201,7 +215,7 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
         line = wired.bottleneck_gbps(gpus)
         link_gbps = None if line == math.inf else line
     buckets = deepspeed_buckets(model, link_gbps)
-    collectives = deepspeed_collectives(model, wired, gpus, strategy, profile, buckets)
+    collectives = deepspeed_collectives(model, wired, gpus, strategy, profile, buckets, shard_group_size)
 
     t = base.time
     tokens = micro_batch * seq_len
@@ -218,7 +232,7 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
     memory = deepspeed_memory(model, strategy, n, micro_batch=micro_batch, seq_len=seq_len,
                               activation_checkpointing=activation_checkpointing,
                               gpu_memory_bytes=base.memory.gpu_memory_bytes, profile=profile, buckets=buckets,
-                              grad_accum_fp32=grad_accum_fp32)
+                              grad_accum_fp32=grad_accum_fp32, shard_group_size=shard_group_size)
     per_gpu = tokens / step
     model_flops = base.mfu * base.step_time_s  # mfu = model FLOPs / step / peak: keep FLOPs / peak
     extra = {"engine": "deepspeed"} if "engine" in getattr(type(base), "__dataclass_fields__", {}) else {}

@@ -34,26 +34,37 @@ def bucket_elements(link_gbps: float | None, bytes_per_element: int) -> int:
     return int(min(max(elements, MIN_BUCKET_ELEMENTS), MAX_BUCKET_ELEMENTS))
 
 
-def deepspeed_config(plan: LaunchPlan) -> dict:
-    stage = STAGES[plan.strategy]
+def zero_config(strategy: str, *, micro_batch: int, link_gbps: float | None, nproc: int,
+                shard_group_size: int | None = None, gradient_clipping: float = 1.0) -> dict:
+    """The DeepSpeed config for one strategy from plain values (the export and `bench train
+    --engine deepspeed` both use it). hpZ only where it changes something: hsdp with more than one
+    shard group (a shard group of the whole world is plain ZeRO-3)."""
+    stage = STAGES[strategy]
     zero: dict = {"stage": stage}
     if stage > 0:
         zero.update(overlap_comm=True, contiguous_gradients=True,
-                    reduce_bucket_size=bucket_elements(plan.link_gbps, 4))  # fp32 gradients reduced
+                    reduce_bucket_size=bucket_elements(link_gbps, 2))  # bf16 gradients reduced (DeepSpeed's default)
     if stage in (1, 2):
-        zero["allgather_bucket_size"] = bucket_elements(plan.link_gbps, 2)  # bf16 parameters gathered
+        zero["allgather_bucket_size"] = bucket_elements(link_gbps, 2)  # bf16 parameters gathered
     if stage == 3:
-        zero["stage3_prefetch_bucket_size"] = bucket_elements(plan.link_gbps, 2)
-    if plan.strategy == "hsdp" and plan.shard_group_size:
-        zero["zero_hpz_partition_size"] = plan.shard_group_size
-    return {
-        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        zero["stage3_prefetch_bucket_size"] = bucket_elements(link_gbps, 2)
+    if strategy == "hsdp" and shard_group_size and shard_group_size < nproc:
+        zero["zero_hpz_partition_size"] = shard_group_size
+    config = {
+        "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": 1,
         "bf16": {"enabled": True},
         "zero_optimization": zero,
-        "gradient_clipping": 1.0,
         "wall_clock_breakdown": False,
     }
+    if gradient_clipping:
+        config["gradient_clipping"] = gradient_clipping
+    return config
+
+
+def deepspeed_config(plan: LaunchPlan) -> dict:
+    return zero_config(plan.strategy, micro_batch=plan.micro_batch, link_gbps=plan.link_gbps, nproc=plan.nproc,
+                       shard_group_size=plan.shard_group_size)
 
 
 def deepspeed_config_json(plan: LaunchPlan) -> str:

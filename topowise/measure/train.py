@@ -71,6 +71,7 @@ class TrainCase:
     seed: int = 0
     lr: float = 3e-4
     weight_decay: float = 0.1
+    engine: str = "pytorch"  # or "deepspeed" (topowise.measure.deepspeed_engine)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -186,7 +187,12 @@ def run_case(config: dict) -> dict | None:
                                      timeout_s=float(config.get("timeout_s", 600)))
     result_dir = Path(config["result_dir"])
     try:
-        result = _train(case, rank)
+        if case.engine == "deepspeed":
+            from topowise.measure.deepspeed_engine import train_deepspeed
+
+            result = train_deepspeed(case, rank)
+        else:
+            result = _train(case, rank)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then the run goes on
         failure = describe_failure(exc)
         _write_json(result_dir / f"rank{rank.rank}.failed.json", dict(failure, rank=rank.rank))
@@ -252,20 +258,8 @@ def _train(case: TrainCase, rank) -> dict:
 
     inputs, targets = synthetic_batches(case, rank.rank, spec.vocab_size, rank.device)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if S.uses_autocast(case.strategy) else nullcontext()
-    total = case.warmup + case.steps
-    cuda = device_type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(total)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(total)]
-    wall = []
-    losses = []
-    for step in range(total):
-        if cuda:
-            starts[step].record()
-        else:
-            t0 = time.perf_counter()
+
+    def one_step(step: int):
         with autocast:
             logits = wrapped(inputs[step])
         # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
@@ -275,21 +269,53 @@ def _train(case: TrainCase, rank) -> dict:
         if fail != "diverge":
             optimizer.step()
         wrapped.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        return loss
+
+    times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda")
+    return step_result(case, rank, times, losses, measured_peak, layout)
+
+
+def timed_steps(total: int, one_step: Callable, cuda: bool) -> tuple[list[float], list]:
+    """Run `one_step(step)` (returns the loss tensor) `total` times: per-step seconds and losses.
+
+    On CUDA: events around each step, read after one synchronize at the end; the peak-memory
+    counters start here. Losses stay tensors (no .item() inside the loop)."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(total)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(total)]
+    wall, losses = [], []
+    for step in range(total):
+        if cuda:
+            starts[step].record()
+        else:
+            t0 = time.perf_counter()
+        losses.append(one_step(step).detach())
         if cuda:
             ends[step].record()
         else:
             wall.append(time.perf_counter() - t0)
-
     if cuda:
         torch.cuda.synchronize()  # the one wait: after the last step
-        times = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)], losses
+    return wall, losses
+
+
+def step_result(case: TrainCase, rank, times: list[float], losses: list, measured_peak: float | None,
+                extra: dict | None = None) -> dict:
+    """Across ranks: the slowest rank's time for each step, the mean loss, the largest memory."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = case.device == "cuda"
+    if cuda:
         memory = torch.tensor([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()],
                               dtype=torch.float64, device=rank.device)
     else:
-        times = wall
         memory = torch.zeros(2, dtype=torch.float64)
-    # Across ranks: the slowest rank's time for each step, the mean loss, the largest memory.
     times_t = torch.tensor(times, dtype=torch.float64, device=rank.device)
     dist.all_reduce(times_t, op=dist.ReduceOp.MAX)
     loss_t = torch.stack(losses).double()
@@ -309,7 +335,7 @@ def _train(case: TrainCase, rank) -> dict:
         "gpu_name": torch.cuda.get_device_name() if cuda else None,
         "torch_version": torch.__version__,
         "nccl_version": _nccl_version() if cuda else None,
-        **layout,
+        **(extra or {}),
     }
 
 
@@ -501,9 +527,10 @@ def prediction_for(case: TrainCase, spec: ModelSpec, world_size: int, topology, 
         return {"note": "topowise.costmodel.step is not available: no prediction"}
     try:
         gpus = tuple(topology.indices[:world_size]) if hasattr(topology, "indices") else tuple(range(world_size))
+        engine = {} if case.engine == "pytorch" else {"engine": case.engine}
         pred = predict(spec, topology, gpus, case.strategy, micro_batch=case.micro_batch, seq_len=case.seq_len,
                        activation_checkpointing=case.activation_checkpointing, fabric=case.fabric,
-                       shard_group_size=shard)
+                       shard_group_size=shard, **engine)
     except Exception as exc:  # noqa: BLE001 - the measurement stands even if the prediction fails
         return {"note": f"prediction failed: {type(exc).__name__}: {exc}"}
     out = {"step_time_s": pred.step_time_s, "peak_memory_bytes": pred.memory.peak_bytes,
@@ -538,6 +565,7 @@ def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict,
     record = {
         "kind": "train",
         "strategy": case.strategy,
+        "engine": case.engine,
         "model": spec.name,
         "world_size": world_size,
         "status": result.get("status", "error"),
@@ -571,7 +599,7 @@ def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict,
     if case.strategy == "hsdp":
         record["shard_group_size"] = result.get("shard_group_size", case.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (case.shard_group_size or world_size))
-    for key in ("error", "oom_requested_bytes", "log_tail", "note"):
+    for key in ("error", "oom_requested_bytes", "log_tail", "note", "deepspeed_version", "deepspeed_config"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
@@ -684,9 +712,13 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                  warmup: int = 3, activation_checkpointing: bool = False, compile: bool = False,
                  fabric: str = "nvlink", device: str | None = None, nproc: int | None = None,
                  shard_group_size: int | None = None, timeout_s: float = 600.0, out: str | None = None,
-                 seed: int = 0, lr: float = 3e-4) -> TrainRequest:
+                 seed: int = 0, lr: float = 3e-4, engine: str = "pytorch") -> TrainRequest:
     """Validate every flag once, with the arithmetic in the message; decide devices and hsdp groups."""
     names = normalize_strategies(strategies)
+    if engine != "pytorch":
+        from topowise.measure.deepspeed_engine import check_request
+
+        check_request(engine, names)  # a clear error: unknown engine, strategy it lacks, DeepSpeed missing
     spec = load_model(model)
     if fabric not in ("nvlink", "pcie"):
         raise UsageError(f"--fabric must be nvlink or pcie, not {fabric!r}")
@@ -713,7 +745,7 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
         hsdp_layout(world, shard_group_size)  # still a clear error for a bad value
     base = TrainCase(model=model, strategy=names[0], micro_batch=micro_batch, seq_len=seq_len, steps=steps,
                      warmup=warmup, activation_checkpointing=activation_checkpointing, compile=compile,
-                     fabric=fabric, device=device, seed=seed, lr=lr)
+                     fabric=fabric, device=device, seed=seed, lr=lr, engine=engine)
     cases = tuple(replace(base, strategy=n, shard_group_size=shard if n == "hsdp" else None) for n in names)
     return TrainRequest(cases, spec, nproc, timeout_s, out, note)
 

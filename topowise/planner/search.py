@@ -94,6 +94,7 @@ class PlanResult:
     evaluated: int = 0  # predictions made
     feasible: int = 0  # of which fit
     ranked: tuple[Plan, ...] = field(default=(), repr=False, compare=False)  # every distinct feasible plan
+    engine: str = "pytorch"  # whose ZeRO the predictions model: pytorch (FSDP2) or deepspeed
 
     @property
     def best(self) -> Plan | None:
@@ -111,6 +112,7 @@ class PlanResult:
             "notes": list(self.notes),
             "evaluated": self.evaluated,
             "feasible": self.feasible,
+            "engine": self.engine,
         }
 
 
@@ -147,14 +149,20 @@ def check_inputs(topo: Topology, num_gpus, gpus, micro_batches, seq_len, top) ->
         raise UsageError(f"--top {top!r} is not a positive integer")
 
 
-def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile) -> Prediction:
+DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "hsdp")  # what costmodel/deepspeed.py predicts
+
+
+def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile, engine: str = "pytorch") -> Prediction:
+    # DeepSpeed's stage 0 is not modelled: a ddp candidate (only a suggestion's one-GPU fallback, with
+    # engine deepspeed) is predicted as PyTorch runs it
+    engine = engine if engine == "pytorch" or c.strategy in DEEPSPEED_STRATEGIES else "pytorch"
     return predict(model, topo, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
                    activation_checkpointing=c.activation_checkpointing, fabric=fabric,
-                   shard_group_size=c.shard_group_size, profile=profile)
+                   shard_group_size=c.shard_group_size, profile=profile, engine=engine)
 
 
 def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, seq_len: int, fabric: str,
-             profile: Profile | None) -> tuple[list[Plan], list[Infeasible], int]:
+             profile: Profile | None, engine: str = "pytorch") -> tuple[list[Plan], list[Infeasible], int]:
     """(fitting plans, infeasible, predictions made), with the micro-batch and placement pruning."""
     fits: list[Plan] = []
     misses: list[Infeasible] = []
@@ -167,7 +175,7 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
         if c.memory_key in missed_memory:
             stopped_groups.add(c.group_key)
             continue
-        pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile)
+        pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
         made += 1
         if pred.fits:
             fits.append(Plan(c.strategy, c.gpus, c.micro_batch, c.activation_checkpointing, c.shard_group_size,
@@ -200,13 +208,18 @@ def rank(plans: list[Plan]) -> list[Plan]:
 
 def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
          micro_batches: tuple[int, ...] | None = None, seq_len: int = 4096, profile: Profile | None = None,
-         top: int = 5, fabric: str = "nvlink") -> PlanResult:
+         top: int = 5, fabric: str = "nvlink", engine: str = "pytorch") -> PlanResult:
     """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring)."""
     check_inputs(topo, num_gpus, gpus, micro_batches, seq_len, top)
     if fabric not in ("nvlink", "pcie"):
         raise UsageError(f"--fabric {fabric!r}: give nvlink or pcie")
+    if engine not in ("pytorch", "deepspeed"):
+        raise UsageError(f"--engine {engine!r}: give pytorch or deepspeed")
     candidates = enumerate_candidates(topo, num_gpus=num_gpus, gpus=gpus, micro_batches=micro_batches)
-    fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile)
+    if engine == "deepspeed":
+        candidates = [c for c in candidates if c.strategy in DEEPSPEED_STRATEGIES]
+    fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile,
+                                  engine=engine)
     ranked = rank(fits)
     shown = tuple(explain.with_why(ranked[:top], ranked, topo))
     misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.gpus), i.micro_batch))
@@ -216,16 +229,17 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
         notes.insert(0, trade)
     suggestion = None
     if not ranked:
-        suggestion = suggest(model, topo, candidates, misses, seq_len=seq_len, fabric=fabric, profile=profile)
+        suggestion = suggest(model, topo, candidates, misses, seq_len=seq_len, fabric=fabric, profile=profile,
+                             engine=engine)
     return PlanResult(
         model=model.name, topology=topo.name, seq_len=seq_len, fabric=fabric, plans=shown,
         infeasible=tuple(misses), suggestion=suggestion, notes=tuple(notes),
-        evaluated=made, feasible=len(fits), ranked=tuple(ranked),
+        evaluated=made, feasible=len(fits), ranked=tuple(ranked), engine=engine,
     )
 
 
 def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misses: list[Infeasible], *,
-            seq_len: int, fabric: str, profile: Profile | None) -> str:
+            seq_len: int, fabric: str, profile: Profile | None, engine: str = "pytorch") -> str:
     """Nothing fits: the smallest change that would, with its memory. Tried in order of how much
     the run changes: a smaller micro-batch on the same GPUs, then more GPUs, then say it needs
     more than this node. (Checkpointing and zero3 on the asked GPUs were candidates already.)"""
@@ -236,7 +250,7 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
 
     def first_fit(options) -> tuple[Candidate, Prediction] | None:
         for c in options:
-            pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile)
+            pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
             if pred.fits:
                 return c, pred
         return None
@@ -264,7 +278,7 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
     if hit:
         return f"{head}. More GPUs would: {words(*hit)}"
     everything = Candidate("zero3", topo.indices, 1, True) if topo.num_gpus > 1 else Candidate("ddp", topo.indices, 1, True)
-    pred = predict_candidate(model, topo, everything, seq_len=seq_len, fabric=fabric, profile=profile)
+    pred = predict_candidate(model, topo, everything, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
     states = 16 * model.params / GIB  # fp32 weights, gradients, AdamW moments: 16 bytes per parameter
     return (f"{head}. Nothing on one {topo.name} fits: even {explain.label(everything.strategy, everything.gpus)} "
             f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; the training state alone is {states:,.0f} GiB (16 bytes x "
