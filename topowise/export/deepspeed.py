@@ -55,10 +55,10 @@ def zero_config(strategy: str, *, micro_batch: int, link_gbps: float | None, npr
         "gradient_accumulation_steps": 1,
         "bf16": {"enabled": True},
         "zero_optimization": zero,
+        # always written: DeepSpeed 0.19 clips at 1.0 when the key is absent; 0 turns clipping off
+        "gradient_clipping": gradient_clipping,
         "wall_clock_breakdown": False,
     }
-    if gradient_clipping:
-        config["gradient_clipping"] = gradient_clipping
     return config
 
 
