@@ -98,18 +98,22 @@ class Plan:
     steps: int
     comm_iters: int = 20
     comm_warmup: int = 5
+    fit_min_bytes: int = 0  # the alpha-beta fit uses sizes from here up (all are recorded)
 
 
 def _grid(models: Iterable[tuple[str, int, int, tuple[str, ...]]], fabrics: Iterable[str]) -> tuple[Case, ...]:
     return tuple(Case(m, s, mb, seq, f) for f in fabrics for (m, mb, seq, strategies) in models for s in strategies)
 
 
-# GPU calibration (about three minutes on 2x H200): the comm sweep 1 MiB..256 MiB on the four ops the
+# GPU calibration (about three minutes on 2x H200): the comm sweep 1 MiB..1 GiB on the four ops the
 # strategies issue, per fabric; two model sizes, ddp and zero3 on the small one, every non-hsdp
 # strategy on the larger one (zero1's broadcasts and zero2's overlap need a run of their own).
+# The alpha-beta fit takes 8 MiB and up: training moves 25 MiB DDP buckets and 30 MiB..1.5 GiB FSDP
+# units, and NCCL's busbw keeps rising to 1 GiB (facts.md), which one alpha-beta line cannot follow
+# from 1 MiB (on the 2x H200 sweep: within -11..+13% from 1 MiB, -10..+7% from 8 MiB).
 GPU_CALIBRATION = Plan(
     device="cuda", fabrics=("nvlink", "pcie"), comm_ops=("all_reduce", "all_gather", "reduce_scatter", "broadcast"),
-    comm_sizes=tuple(MIB * 2**k for k in range(9)),
+    comm_sizes=tuple(MIB * 2**k for k in range(11)), fit_min_bytes=8 * MIB,
     cases=_grid([("qwen2.5-0.5b", 1, 4096, ("ddp", "zero3")),
                  ("llama3.2-1b", 1, 4096, ("ddp", "zero1", "zero2", "zero3"))], ("nvlink", "pcie")),
     warmup=3, steps=5)
@@ -424,14 +428,16 @@ def fit_alpha_beta(points: list[tuple[float, float]]) -> tuple[float, float]:
     return alpha, beta
 
 
-def fit_comm(records: list[dict], links: dict[str, tuple[str, float]], where: str = "") -> list[CommFit]:
-    """Alpha-beta per (link class, op) from `bench comm` records.
+def fit_comm(records: list[dict], links: dict[str, tuple[str, float]], where: str = "",
+             min_bytes: int = 0) -> list[CommFit]:
+    """Alpha-beta per (link class, op) from `bench comm` records of `min_bytes` and up.
 
     links: fabric -> (link class, line GB/s) of the measured group on that fabric.
     """
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
-        if r.get("kind") != "collective" or r.get("wrong") or not r.get("time_s") or r["op"] not in PROFILE_OPS:
+        if (r.get("kind") != "collective" or r.get("wrong") or not r.get("time_s") or r["op"] not in PROFILE_OPS
+                or r["bytes"] < min_bytes):
             continue
         fabric = r.get("fabric", "nvlink")
         if fabric not in links:
@@ -710,13 +716,14 @@ def _describe_runs(obs: list[Observation]) -> str:
 
 
 def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "", base: Profile | None = None,
-                model_loader: Callable | None = None, fit_names: list[str] | None = None) -> tuple[Profile, dict]:
+                model_loader: Callable | None = None, fit_names: list[str] | None = None,
+                comm_min_bytes: int = 0) -> tuple[Profile, dict]:
     """Every fit in order: comm, peak (CPU), step time, memory. Returns the profile and a report."""
     profile = base or default_profile()
     gpus = tuple(topo.indices)
     fabrics = sorted({r.get("fabric", "nvlink") for r in records if r.get("kind") in ("collective", "train")})
     links = {f: link_class(topo, gpus, f) for f in fabrics or ["nvlink"]}
-    comm = fit_comm([r for r in records if r.get("kind") == "collective"], links, where)
+    comm = fit_comm([r for r in records if r.get("kind") == "collective"], links, where, comm_min_bytes)
     profile = apply_comm_fits(profile, comm, where)
     matmul = [r for r in records if r.get("kind") == "matmul" and r.get("flops_per_s")]
     report: dict = {"comm": [asdict(c) for c in comm], "matmul_flops_per_s": None}
@@ -969,7 +976,8 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
         if not any(r.get("kind") == "collective" for r in recs) and not observations_from(recs):
             raise UsageError(f"nothing was measured ({'; '.join(problems)}); see the messages above")
     where = f"{parse_fingerprint(fp_text).get('name', '?')}, {meta.get('started', '')[:10]}"
-    profile, report = fit_profile(recs, topo, fp_text, where=where, fit_names=fit_names)
+    min_bytes = int((meta.get("plan") or {}).get("fit_min_bytes", 0))
+    profile, report = fit_profile(recs, topo, fp_text, where=where, fit_names=fit_names, comm_min_bytes=min_bytes)
     report["measure_s"] = meta.get("measure_s")
     report["problems"] = meta.get("problems", [])
     report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]

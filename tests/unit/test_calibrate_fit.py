@@ -189,7 +189,7 @@ def test_rank_config_groups_strategies_per_shape(tmp_path):
         ("qwen2.5-0.5b", "ddp"), ("qwen2.5-0.5b", "zero3"), ("llama3.2-1b", "ddp"), ("llama3.2-1b", "zero1"),
         ("llama3.2-1b", "zero2"), ("llama3.2-1b", "zero3")]
     assert all(t["fabric"] == "pcie" and t["out"].endswith("train.jsonl") for t in cfg["train"])
-    assert cfg["comm"]["fabric"] == "pcie" and cfg["comm"]["sizes"][0] == 2**20 and cfg["comm"]["sizes"][-1] == 2**28
+    assert cfg["comm"]["fabric"] == "pcie" and cfg["comm"]["sizes"][0] == 2**20 and cfg["comm"]["sizes"][-1] == 2**30
 
 
 # --- validation summary ------------------------------------------------------------------------------
@@ -391,3 +391,11 @@ def test_a_failed_fabric_does_not_stop_the_next(tmp_path, monkeypatch):
     assert [f for f, _ in calls] == ["nvlink", "pcie"]
     assert "NCCL_P2P_DISABLE" not in calls[0][1] and calls[1][1]["NCCL_P2P_DISABLE"] == "1"
     assert len(problems) == 1 and "nvlink" in problems[0] and "no progress for 30 s" in problems[0]
+
+
+def test_comm_fit_uses_sizes_from_the_plan_minimum(topo):
+    small = comm_records("all_reduce", "nvlink", 478.125, 0.30, 5e-6, sizes=[2**20, 2**21, 2**22])
+    large = comm_records("all_reduce", "nvlink", 478.125, 0.65, 25e-6, sizes=[2**k for k in range(23, 31)])
+    fit = cal.fit_comm(small + large, {"nvlink": ("NV", 478.125)}, min_bytes=cal.GPU_CALIBRATION.fit_min_bytes)
+    assert fit[0].points == len(large) and fit[0].efficiency == pytest.approx(0.65, rel=1e-6)
+    assert cal.fit_comm(small + large, {"nvlink": ("NV", 478.125)})[0].points == len(small) + len(large)
