@@ -1140,7 +1140,13 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
         if not recs:
             raise UsageError(f"{measured} holds no training records (kind \"train\", from bench train or validate)")
         nproc = int(recs[0]["world_size"])
-        topo = topology or live_or_cpu_topology(recs[0].get("device", device), nproc)
+        if topology is None:
+            try:
+                topology = live_or_cpu_topology(recs[0].get("device", device), nproc)
+            except UsageError as exc:
+                raise UsageError(f"{measured}: no meta.json beside it says where these runs ran, and this machine's "
+                                 f"topology cannot be read ({exc}); give --topology PRESET|FILE") from None
+        topo = topology
         measured_path = measured
     else:
         topo = topology or live_topology(device, nproc)

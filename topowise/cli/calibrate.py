@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         device, nproc = args.device or "cuda", args.nproc or 0
     else:
         device, nproc = default_device_and_nproc(args.device, args.nproc)
+        if nproc < 2:
+            raise UsageError(f"calibration measures collectives and needs two or more processes, not --nproc {nproc}")
     fit_names = parse_fit_names(args.fit)
     progress = None if args.json else (lambda line: print(line, flush=True))
     if progress and not args.from_records:
