@@ -1188,6 +1188,7 @@ def plot_validation(rows: list[ValidationRow], path: str, summary: dict | None =
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - used as matplotlib.ticker
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
     colors = {"ddp": "tab:blue", "zero1": "tab:orange", "zero2": "tab:green", "zero3": "tab:red", "hsdp": "tab:purple"}
@@ -1206,6 +1207,9 @@ def plot_validation(rows: list[ValidationRow], path: str, summary: dict | None =
             ax.plot([lo, hi], [lo * 0.9, hi * 0.9], color="grey", lw=0.7, ls="--")
             ax.set_xscale("log")
             ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not 2 x 10^2
+                axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+                axis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel(f"measured {label}")
         ax.set_ylabel(f"predicted {label}")
         ax.grid(True, which="both", alpha=0.3)

@@ -399,3 +399,26 @@ def test_comm_fit_uses_sizes_from_the_plan_minimum(topo):
     fit = cal.fit_comm(small + large, {"nvlink": ("NV", 478.125)}, min_bytes=cal.GPU_CALIBRATION.fit_min_bytes)
     assert fit[0].points == len(large) and fit[0].efficiency == pytest.approx(0.65, rel=1e-6)
     assert cal.fit_comm(small + large, {"nvlink": ("NV", 478.125)})[0].points == len(small) + len(large)
+
+
+def test_predict_and_plan_pick_the_cached_profile_of_this_machine(tmp_path, monkeypatch, capsys):
+    from topowise.cli.main import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cal, "gpu_inventory", lambda nvml=None: (H200, 2, "580.95.05"))
+    fp = cal.fingerprint_text(cal.machine_fingerprint("cuda"))
+    path = cal.cache_path(fp)
+    path.parent.mkdir(parents=True)
+    path.write_text(replace(default_profile(), compute_efficiency=0.25, fingerprint=fp).to_json())
+    args = ["predict", "--model", "llama3.2-1b", "--num-gpus", "2", "--strategy", "ddp", "--json"]
+    assert main(args + ["--topology", "hgx-h200-8"]) == 0
+    cached = json.loads(capsys.readouterr().out)
+    assert cached["profile_fingerprint"] == fp
+    assert main(args + ["--topology", "hgx-h100-8"]) == 0  # another GPU model: the defaults
+    assert json.loads(capsys.readouterr().out)["profile_fingerprint"] == ""
+    assert main(["plan", "--model", "llama3.2-1b", "--topology", "hgx-h200-8", "--num-gpus", "2", "--json"]) == 0
+    capsys.readouterr()
+    # an explicit profile of another GPU is refused for a topology, unless forced
+    assert main(args + ["--topology", "hgx-h100-8", "--profile", str(path)]) == 2
+    assert "--force-profile" in capsys.readouterr().err
+    assert main(args + ["--topology", "hgx-h100-8", "--profile", str(path), "--force-profile"]) == 0
