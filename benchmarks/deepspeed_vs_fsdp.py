@@ -97,8 +97,8 @@ def sentences(records: list[dict], fabrics: tuple[str, ...]) -> list[str]:
         z1, z2 = find(records, "deepspeed", "zero1", fabric), find(records, "deepspeed", "zero2", fabric)
         if z1 and z2 and z1.get("peak_memory_bytes") and z2.get("peak_memory_bytes"):
             out.append(f"{where}, DeepSpeed zero1 allocates {(z1['peak_memory_bytes'] - z2['peak_memory_bytes']) / GIB:+.2f} "
-                       f"GiB against its zero2 (zero1 keeps every bf16 gradient until the step) and runs at "
-                       f"{z1['tokens_per_s_per_gpu'] / z2['tokens_per_s_per_gpu']:.2f}x its speed.")
+                       f"GiB against its zero2 (with contiguous_gradients both keep only their gradient "
+                       f"partition) and runs at {z1['tokens_per_s_per_gpu'] / z2['tokens_per_s_per_gpu']:.2f}x its speed.")
     if len(fabrics) > 1:
         slow = []
         for engine in ("pytorch", "deepspeed"):

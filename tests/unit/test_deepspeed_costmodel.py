@@ -57,15 +57,18 @@ def test_zero3_gathers_per_module_twice_and_reduce_scatters_bf16():
     assert sum(c.count for c in forward) == 4 * M.num_layers + 1
 
 
-def test_zero1_holds_full_gradients_zero2_its_partition():
+def test_gradient_memory_contiguous_partitions_and_fp32_accumulation():
     # a short sequence, so the optimizer step is the peak moment and the gradients show
     kw = dict(micro_batch=1, seq_len=16, activation_checkpointing=False, gpu_memory_bytes=141 * 10**9,
               profile=default_profile(), buckets=deepspeed_buckets(M, 478.125))
-    z1, z2 = deepspeed_memory(M, "zero1", 8, **kw), deepspeed_memory(M, "zero2", 8, **kw)
+    z1, z2 = deepspeed_memory(M, "zero1", 2, **kw), deepspeed_memory(M, "zero2", 2, **kw)
     assert z1.peak_phase == z2.peak_phase == "optimizer step"
-    assert z1.grads_bytes == int(2 * P) and z2.grads_bytes == int(2 * P / 8)
-    fp32 = deepspeed_memory(M, "zero2", 8, grad_accum_fp32=True, **kw)
-    assert fp32.grads_bytes == int(4 * P / 8)
+    # contiguous_gradients: stage 1 copies its slice into the partition buffer as stage 2 does
+    assert z1.grads_bytes == z2.grads_bytes == int(2 * P / 2)
+    assert z1.buffers["fp32 gradient of the partition (step)"] == int(4 * P / 2)
+    # grad_accum_dtype fp32: zero1 becomes BF16_Optimizer with a full fp32 gradient, zero2 fp32 partitions
+    assert deepspeed_memory(M, "zero1", 2, grad_accum_fp32=True, **kw).grads_bytes == int(4 * P)
+    assert deepspeed_memory(M, "zero2", 2, grad_accum_fp32=True, **kw).grads_bytes == int(4 * P / 2)
 
 
 def test_buckets_sized_to_the_link_more_pieces_on_pcie():

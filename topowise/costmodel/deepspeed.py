@@ -10,8 +10,10 @@ DeepSpeed 0.19.8.
 
 State per GPU (P parameters, n ranks):
 - zero1 / zero2: the bf16 model (2P, every rank), fp32 master weights and AdamW m, v of the rank's
-  partition (12P/n). Gradients in bf16: zero1 keeps the full bf16 gradients until the step (2P),
-  zero2 copies its partition into a persistent contiguous buffer (2P/n). Two reduce buckets of
+  partition (12P/n). Gradients in bf16: each gradient is copied into the reduce bucket as backward
+  makes it (param.grad then points into the bucket) and this rank's slice into a persistent
+  contiguous partition buffer (2P/n): with contiguous_gradients zero1 holds no more gradient memory
+  than zero2 (stage_1_and_2.py reduce_ipg_grads copies the partition for stage 1 too). Two reduce buckets of
   reduce_bucket_size bf16 elements (double-buffered for overlap_comm). At the step the partition's
   gradient is converted to fp32 (4P/n).
 - zero3: bf16 parameter partitions (2P/n) and whole copies of the tensors at or under
@@ -24,7 +26,8 @@ State per GPU (P parameters, n ranks):
   stay inside the group (an NVLink island); forward all-gathers and gradient reduce-scatters still
   span every rank.
 - data_types.grad_accum_dtype "fp32" (`grad_accum_fp32`): gradients accumulate in fp32 (zero1 runs
-  DeepSpeed's BF16_Optimizer with a full fp32 gradient, 4P; zero2/zero3 fp32 partitions, 4P/n).
+  DeepSpeed's BF16_Optimizer with a full fp32 gradient, 4P, engine.py _do_optimizer_sanity_check;
+  zero2/zero3 fp32 partitions, 4P/n).
 
 Traffic per step (bf16 everywhere: DeepSpeed reduces in the model dtype unless
 communication_data_type says otherwise, where FSDP2 here reduce-scatters fp32):
@@ -153,13 +156,14 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
     else:
         params = 2 * P
         base = {"reduce buckets (bf16, double-buffered)": 2 * 2 * buckets["reduce"]}
-        if strategy == "zero1":
-            grads_full = 4 * P if grad_accum_fp32 else 2 * P  # full gradients until the step
-            grads_start = 4 * P if grad_accum_fp32 else 0.0  # BF16_Optimizer's buffer is persistent
+        if strategy == "zero1" and grad_accum_fp32:  # BF16_Optimizer: a persistent full fp32 gradient
+            grads_full = grads_start = 4 * P
         else:
             grads_full = (4 if grad_accum_fp32 else 2) * P / n
             grads_start = grads_full  # the contiguous partition buffer stays after the first step
     block_grad = {"block gradient (bf16)": 2 * model.layer_params}
+    if model.tied_embeddings:  # the output layer's gradient waits for the embedding's half before its hook fires
+        block_grad["tied embedding gradient (bf16, through the backward)"] = 2 * model.vocab_size * model.hidden_size
     step_fp32 = {} if grad_accum_fp32 else {"fp32 gradient of the partition (step)": 4 * P / n}
     phases = {
         "loss backward": (grads_start, saved, tokens * logits_bytes_per_token(model), base),

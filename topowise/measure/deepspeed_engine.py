@@ -13,8 +13,8 @@ from topowise.export.deepspeed.zero_config without gradient clipping, as the PyT
   rank), fp32 master weights and AdamW m, v for this rank's partition; gradients in bf16. Backward
   hooks copy each gradient into a contiguous bucket of reduce_bucket_size elements (two of them with
   overlap_comm) that is all-reduced in bf16 on a side stream (use_multi_rank_bucket_allreduce, the
-  default); each rank keeps its partition. zero1 keeps the full bf16 gradients until the step, zero2
-  only its partition. After the step every rank all-gathers the updated bf16 parameters in
+  default); each rank copies its slice into a contiguous partition buffer (zero1 too, with
+  contiguous_gradients). After the step every rank all-gathers the updated bf16 parameters in
   allgather_bucket_size pieces.
 - zero3 (DeepSpeedZeroOptimizer_Stage3): bf16 parameter partitions gathered per submodule in
   forward and again in backward (prefetched up to stage3_prefetch_bucket_size elements; tensors under
