@@ -116,7 +116,8 @@ def train_table(records: list[dict]):
 
     first = records[0] if records else {}
     table = Table(title=f"bench train: {first.get('model', '')}, {first.get('world_size', '')} processes, "
-                        f"{first.get('device', '')}, fabric {first.get('fabric', '')}")
+                        f"{first.get('device', '')}, fabric {first.get('fabric', '')}"
+                        + (f", engine {first['engine']}" if first.get("engine", "pytorch") != "pytorch" else ""))
     for col in ("strategy", "status", "ms/step", "tok/s/GPU", "MFU", "MFU sheet", "GiB", "resv GiB",
                 "pred ms (err)", "pred alloc (err)", "loss"):
         table.add_column(col, justify="left" if col in ("strategy", "status") else "right")
