@@ -33,8 +33,9 @@ Traffic per step (bf16 everywhere: DeepSpeed reduces in the model dtype unless
 communication_data_type says otherwise, where FSDP2 here reduce-scatters fp32):
 - zero1 / zero2: the gradient buckets are all-reduced (use_multi_rank_bucket_allreduce, the default:
   each rank keeps its slice), 2P bytes in buckets of 2 x reduce_bucket_size, behind the backward
-  except the last; after the optimizer step the updated bf16 parameters are all-gathered (2P, in
-  allgather_bucket_size pieces), exposed: FSDP2's zero2 gathers in forward, overlapped.
+  except the last; after the optimizer step the updated bf16 parameters are all-gathered in one
+  all_gather_into_tensor of 2P (allgather_bucket_size only splits it where that collective is
+  missing), exposed: FSDP2's zero2 gathers in forward, overlapped.
 - zero3: a bf16 all-gather per gathered module (4 Linear modules per block in the bench
   transformer) in forward and again in backward, prefetched; the root tensor(s) (embedding, output
   layer; once when tied) at their use; bf16 gradients reduce-scattered per reduce bucket.
@@ -109,8 +110,9 @@ def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: di
         if pieces > 1:
             out.append(col("all_reduce", grad_bucket, pieces - 1, C.BACKWARD))
         out.append(col("all_reduce", 2 * P - grad_bucket * (pieces - 1), 1, C.BACKWARD_LAST))
-        ag = max(1, math.ceil(P / (n * buckets["allgather"])))
-        out.append(col("all_gather", 2 * P / ag, ag, C.AFTER_STEP))
+        # one all_gather_into_tensor of the whole flat bf16 group: with it available (NCCL, gloo)
+        # runtime/utils.py all_gather_dp_groups ignores allgather_bucket_size
+        out.append(col("all_gather", 2 * P, 1, C.AFTER_STEP))
         return tuple(out)
     # zero3
     gathered_block = model.layer_params - persistent_params(model) // max(model.num_layers, 1)

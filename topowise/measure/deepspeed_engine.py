@@ -14,8 +14,8 @@ from topowise.export.deepspeed.zero_config without gradient clipping, as the PyT
   hooks copy each gradient into a contiguous bucket of reduce_bucket_size elements (two of them with
   overlap_comm) that is all-reduced in bf16 on a side stream (use_multi_rank_bucket_allreduce, the
   default); each rank copies its slice into a contiguous partition buffer (zero1 too, with
-  contiguous_gradients). After the step every rank all-gathers the updated bf16 parameters in
-  allgather_bucket_size pieces.
+  contiguous_gradients). After the step every rank all-gathers the updated bf16 parameters (one
+  all_gather_into_tensor; allgather_bucket_size is used only where that collective is missing).
 - zero3 (DeepSpeedZeroOptimizer_Stage3): bf16 parameter partitions gathered per submodule in
   forward and again in backward (prefetched up to stage3_prefetch_bucket_size elements; tensors under
   stage3_param_persistence_threshold, the norms, stay whole), bf16 gradients reduce-scattered in
