@@ -625,7 +625,7 @@ def observations_from(records: list[dict]) -> list[Observation]:
             fabric=r.get("fabric", "nvlink"), activation_checkpointing=bool(r.get("activation_checkpointing")),
             world_size=int(r["world_size"]),
             shard_group_size=r.get("shard_group_size") if r["strategy"] == "hsdp" else None,
-            step_time_s=float(r["step_time_s"]), peak_allocated_bytes=r.get("peak_memory_bytes"),
+            step_time_s=float(r["step_time_s"]), peak_allocated_bytes=(r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")),
             reserved_bytes=r.get("reserved_bytes")))
     return out
 
@@ -1049,12 +1049,12 @@ def compare(records: list[dict], profile: Profile, topo, model_loader: Callable 
         o = Observation(r["model"], r["strategy"], int(r["micro_batch"]), int(r["seq_len"]), r.get("fabric", "nvlink"),
                         bool(r.get("activation_checkpointing")), int(r["world_size"]),
                         r.get("shard_group_size") if r["strategy"] == "hsdp" else None,
-                        r.get("step_time_s") or 0.0, r.get("peak_memory_bytes"), r.get("reserved_bytes"))
+                        r.get("step_time_s") or 0.0, (r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")), r.get("reserved_bytes"))
         p = predict_one(profile, o)
         t = p.time
         rows.append(ValidationRow(
             o.case, r.get("status", "error"), r.get("step_time_s") if r.get("status") == "ok" else None,
-            p.step_time_s, r.get("peak_memory_bytes"), float(p.memory.allocated_bytes), r.get("reserved_bytes"),
+            p.step_time_s, (r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")), float(p.memory.allocated_bytes), r.get("reserved_bytes"),
             float(p.memory.peak_bytes), o.world_size,
             {"compute_s": t.compute_s, "memory_bound_s": t.memory_bound_s, "optimizer_s": t.optimizer_s,
              "comm_s": t.comm_s, "exposed_comm_s": t.exposed_comm_s, "activations_bytes": p.memory.activations_bytes,

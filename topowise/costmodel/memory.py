@@ -53,8 +53,11 @@ def model_state_bytes(params: float, strategy: str, n: int) -> float:
 def pytorch_state_bytes(params: float, strategy: str, n: int) -> dict[str, float]:
     """Model states per GPU as PyTorch holds them here (fp32 params, fp32 grads, fp32 m and v)."""
     sharded = SHARDED_STATES[strategy]
+    # FSDP2 keeps the fp32 parameters sharded for zero2 too: what zero2 keeps whole from forward to
+    # backward is the unsharded bf16 copy (a buffer in estimate_memory), the ZeRO paper's fp16 params.
+    fsdp = strategy in ("zero2", "zero3", "hsdp")
     return {
-        "params": 4 * params / (n if "param" in sharded else 1),
+        "params": 4 * params / (n if fsdp else 1),
         "grads": 4 * params / (n if "grad" in sharded else 1),
         "optimizer": 8 * params / (n if "opt" in sharded else 1),
     }

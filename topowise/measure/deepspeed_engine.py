@@ -147,6 +147,7 @@ def train_deepspeed(case, rank) -> dict:
         engine.step()  # optimizer step and zero_grad
         return loss
 
-    times, losses = T.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda")
+    peaks: list[int] = []
+    times, losses = T.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks)
     extra = {"deepspeed_version": deepspeed.__version__, "deepspeed_config": config}
-    return T.step_result(case, rank, times, losses, measured_peak, extra)
+    return T.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks)
