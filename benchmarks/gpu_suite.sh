@@ -37,8 +37,12 @@ for stage in "$@"; do
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
     calibrate)
       T 240 python3 -m topowise calibrate --out "$R/profile.json" > "$R/calibrate.txt" 2>&1 ;;
-    validate)
-      T 420 python3 -m topowise validate --profile "$R/profile.json" --out "$R/validate.jsonl" > "$R/validate.txt" 2>&1 ;;
+    validate)  # PROFILE=path picks a profile calibrated in an earlier run
+      T 420 python3 -m topowise validate --profile "${PROFILE:-$R/profile.json}" --out "$R/validate.jsonl" > "$R/validate.txt" 2>&1 ;;
+    deepspeed)  # DeepSpeed and its few missing dependencies travel as wheels in .whl/ (docs/deepspeed.md)
+      ( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
+        export PYTHONPATH=/tmp/site:$PYTHONPATH DS_BUILD_OPS=0 &&
+        T 330 python3 benchmarks/deepspeed_vs_fsdp.py --out-dir "$R/deepspeed" > "$R/deepspeed.txt" 2>&1 ) ;;
     *) echo "unknown stage $stage" >&2 ;;
   esac
 done

@@ -7,6 +7,8 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from topowise.measure.train import TrainCase  # torch-free at import; torch loads when a case runs
+
     parser.add_argument("--model", default="llama3.2-1b", help="model preset or path to a config.json (default llama3.2-1b)")
     parser.add_argument("--strategies", default=None,
                         help="comma-separated: ddp, zero1, zero2, zero3 (fsdp), hsdp (default all; "
@@ -27,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="preset or file for the cost model's prediction (default: this machine, if readable)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per strategy before it is stopped (default 600)")
     parser.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
-    parser.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (default 3e-4)")
+    parser.add_argument("--lr", type=float, default=TrainCase.lr,
+                        help=f"AdamW learning rate (default {TrainCase.lr:g}: small, so the loss check compares "
+                             "strategies rather than an unstable run)")
     parser.add_argument("--engine", choices=("pytorch", "deepspeed"), default="pytorch",
                         help="deepspeed: zero1/zero2/zero3 through DeepSpeed (pip install 'topowise[deepspeed]')")
     parser.add_argument("--out", default=None, help="append one JSON line per strategy to this file")
