@@ -608,11 +608,29 @@ class Observation:
     step_time_s: float
     peak_allocated_bytes: float | None
     reserved_bytes: float | None
+    step_spread: float = 0.0  # interquartile range / median of the timed steps (`step_spread`)
 
     @property
     def case(self) -> Case:
         return Case(self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric,
                     self.activation_checkpointing)
+
+
+# The cost model predicts a device-bound steady step. A run whose identical timed steps differ by more
+# than this (interquartile range / median) stalls (the GPU waits on the host or on the other rank),
+# which the model has no term for, so it is left out of the step-time fit. Source: the 2x H200
+# records of 2026-11-30 (43 runs): 39 spread 0.1-4.4%, the other 4 (zero3 with small blocks)
+# 6.7-13.7% (docs/calibration.md, "Findings from the 2x H200 records").
+UNSTEADY_SPREAD = 0.05
+
+
+def step_spread(times) -> float:
+    """Interquartile range / median of per-step times; 0 with fewer than 4 steps (nothing to judge)."""
+    x = sorted(float(t) for t in times or ())
+    if len(x) < 4:
+        return 0.0
+    median = statistics.median(x)
+    return (x[(3 * len(x)) // 4] - x[len(x) // 4]) / median if median > 0 else 0.0
 
 
 def observations_from(records: list[dict]) -> list[Observation]:
@@ -626,7 +644,7 @@ def observations_from(records: list[dict]) -> list[Observation]:
             world_size=int(r["world_size"]),
             shard_group_size=r.get("shard_group_size") if r["strategy"] == "hsdp" else None,
             step_time_s=float(r["step_time_s"]), peak_allocated_bytes=(r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")),
-            reserved_bytes=r.get("reserved_bytes")))
+            reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s"))))
     return out
 
 
@@ -656,13 +674,21 @@ OVERLAP_INHERIT = {"zero1": ("ddp",), "ddp": ("zero1",), "zero2": ("zero3", "hsd
 
 def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callable, where: str,
                   names: list[str] | None = None) -> tuple[Profile, ParamFit]:
-    """compute_efficiency and each measured strategy's overlap from measured step times."""
+    """compute_efficiency, hbm_efficiency and each measured strategy's overlap from measured step times.
+
+    Runs whose timed steps spread more than UNSTEADY_SPREAD are left out (not a device-bound steady
+    state); the sources name them."""
+    unsteady = [o for o in obs if o.step_spread > UNSTEADY_SPREAD]
+    obs = [o for o in obs if o.step_spread <= UNSTEADY_SPREAD]
     if not obs:
         return profile, ParamFit({}, (), 0.0, 0.0, 0)
     strategies = [s for s in STRATEGY_ORDER if any(o.strategy == s for o in obs)]
     names = names or ["compute_efficiency", "hbm_efficiency"] + [f"overlap.{s}" for s in strategies]
     fit = fit_parameters(profile, names, obs, lambda p, o: predict_one(p, o).step_time_s, lambda o: o.step_time_s)
     runs = _describe_runs(obs)
+    if unsteady:
+        runs += (f"; left out, timed steps spread over {100 * UNSTEADY_SPREAD:g}% (stalled): "
+                 + ", ".join(f"{_case_words(o.case)} ({100 * o.step_spread:.1f}%)" for o in unsteady))
     src = dict(profile.sources)
     for name, value in fit.values.items():
         profile = set_param(profile, name, round(value, 5))
@@ -747,6 +773,8 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
     profile, mem_fit = fit_memory(profile, obs, predict_one, where)
     profile = replace(profile, fingerprint=fingerprint)
     report.update(step_time=asdict(step_fit), memory=asdict(mem_fit) if mem_fit else None,
+                  unsteady=[f"{_case_words(o.case)}: timed steps spread {100 * o.step_spread:.1f}%"
+                            for o in obs if o.step_spread > UNSTEADY_SPREAD],
                   runs=len(obs), failed=[f"{r.get('model')} {r.get('strategy')} {r.get('fabric')}: {r.get('status')}"
                                          for r in records if r.get("kind") == "train" and r.get("status") != "ok"])
     return profile, report
@@ -1016,6 +1044,7 @@ class ValidationRow:
     predicted_peak: float | None  # allocated + slack + CUDA context
     world_size: int = 0
     breakdown: dict = field(default_factory=dict)
+    step_spread: float = 0.0  # measured: interquartile range / median of the timed steps
 
     @property
     def step_error(self) -> float | None:
@@ -1028,7 +1057,7 @@ class ValidationRow:
     def to_record(self, fingerprint: str) -> dict:
         return {"kind": "validation", **asdict(self.case), "world_size": self.world_size, "status": self.status,
                 "measured": {"step_time_s": self.measured_step_s, "peak_memory_bytes": self.measured_alloc,
-                             "reserved_bytes": self.reserved},
+                             "reserved_bytes": self.reserved, "step_spread": self.step_spread},
                 "predicted": {"step_time_s": self.predicted_step_s, "allocated_bytes": self.predicted_alloc,
                               "peak_bytes": self.predicted_peak, **self.breakdown},
                 "step_time_error": self.step_error, "peak_memory_error": self.memory_error,
@@ -1058,7 +1087,7 @@ def compare(records: list[dict], profile: Profile, topo, model_loader: Callable 
             float(p.memory.peak_bytes), o.world_size,
             {"compute_s": t.compute_s, "memory_bound_s": t.memory_bound_s, "optimizer_s": t.optimizer_s,
              "comm_s": t.comm_s, "exposed_comm_s": t.exposed_comm_s, "activations_bytes": p.memory.activations_bytes,
-             "peak_phase": p.memory.peak_phase}))
+             "peak_phase": p.memory.peak_phase}, step_spread(r.get("step_times_s"))))
     return rows
 
 
@@ -1094,6 +1123,9 @@ def summarize(rows: list[ValidationRow], tolerance: float = RANK_TOLERANCE) -> d
         "peak_memory": {"mean_abs_error": mean(mems), "max_abs_error": worst(mems), "cases": len(mems),
                         "worst_case": _case_words(mem_worst.case) if mem_worst else None},
         "ranking": ranking, "ranking_ok": all(g["ok"] for g in ranking) if ranking else None,
+        # counted above like every case; named so a reader knows the model does not describe them
+        "unsteady": [{"case": _case_words(r.case), "step_spread": r.step_spread, "step_error": r.step_error}
+                     for r in rows if r.step_spread > UNSTEADY_SPREAD],
     }
 
 

@@ -102,6 +102,38 @@ def test_step_time_fit_recovers_efficiency_and_overlaps(topo):
     assert fitted.sources["compute_efficiency"].startswith("calibrated (synthetic)")
 
 
+def test_step_spread_is_interquartile_range_over_median():
+    assert cal.step_spread([0.100, 0.100, 0.100, 0.100, 0.100]) == 0.0
+    # sorted 0.10, 0.11, 0.12, 0.13, 0.15: quartiles at indices 1 and 3, median 0.12
+    assert cal.step_spread([0.15, 0.10, 0.13, 0.11, 0.12]) == pytest.approx((0.13 - 0.11) / 0.12)
+    assert cal.step_spread([0.1, 0.5]) == 0.0  # too few steps to judge
+    assert cal.step_spread(None) == 0.0
+
+
+def test_host_stalled_run_is_left_out_of_the_step_time_fit(topo):
+    truth = replace(default_profile(), compute_efficiency=TRUE["compute_efficiency"], overlap=dict(TRUE["overlap"]),
+                    hbm_efficiency=0.62)
+    recs = synthetic_train(topo, CAL_CASES, truth)
+    for r in recs:  # steady runs: identical timed steps
+        r["step_times_s"] = [r["step_time_s"]] * 5
+    # one zero3 run 45% slower than the model and unsteady (as the small-block zero3 runs on the H200)
+    stalled = next(r for r in recs if r["strategy"] == "zero3")
+    t = stalled["step_time_s"] * 1.45
+    stalled.update(step_time_s=t, step_times_s=[0.95 * t, 1.0 * t, t, 1.07 * t, 1.11 * t])
+    obs = cal.observations_from(recs)
+    assert [o.step_spread > cal.UNSTEADY_SPREAD for o in obs].count(True) == 1
+    fitted, fit = cal.fit_step_time(default_profile(), obs, cal.predictor(topo), "synthetic")
+    assert fit.observations == len(recs) - 1
+    assert fitted.compute_efficiency == pytest.approx(0.57, abs=2e-3)
+    assert fitted.overlap["zero3"] == pytest.approx(TRUE["overlap"]["zero3"], abs=1e-2)
+    assert "(stalled)" in fitted.sources["compute_efficiency"] and stalled["model"] in fitted.sources["overlap.zero3"]
+    # kept in, the same run drags the fit away from the truth (what the H200 records showed)
+    steady_again = [replace(o, step_spread=0.0) for o in obs]
+    dragged, dragged_fit = cal.fit_step_time(default_profile(), steady_again, cal.predictor(topo), "synthetic")
+    assert dragged_fit.rms_error > 0.05 and fit.rms_error < 1e-4
+    assert abs(dragged.compute_efficiency - 0.57) > 5e-3
+
+
 def test_overlap_with_nothing_to_hide_is_reported_not_invented(topo):
     truth = replace(default_profile(), compute_efficiency=0.6)
     obs = cal.observations_from(synthetic_train(topo, [("qwen2.5-0.5b", "ddp", 1, 4096, "nvlink"),
@@ -210,6 +242,15 @@ def test_summary_errors_and_ranking():
     assert groups["pcie"]["ok"] and s["ranking_ok"] is False
     target = cal.meets_target(s)
     assert target["step max <= 10%"] is False and target["cases >= 16"] is False
+
+
+def test_summary_names_unsteady_cases_but_still_counts_them():
+    steady, stalled = row("zero2", 1.0, 1.0), replace(row("zero3", 1.0, 1.6), step_spread=0.08)
+    s = cal.summarize([steady, stalled])
+    assert [u["case"] for u in s["unsteady"]] == ["m zero3 mb1 seq4096 nvlink"]
+    assert s["unsteady"][0]["step_spread"] == 0.08
+    assert s["step_time"]["max_abs_error"] == pytest.approx(0.375)  # the target still sees it
+    assert stalled.to_record("fp")["measured"]["step_spread"] == 0.08
 
 
 def test_scatter_plot_is_written(tmp_path):

@@ -149,6 +149,8 @@ def render(result) -> None:
         console.print(runs)
     for failed in rep.get("failed", []):
         console.print(f"[yellow]run not used: {failed}[/]")
+    for unsteady in rep.get("unsteady", []):
+        console.print(f"[yellow]run left out of the step-time fit (stalled, not a steady step): {unsteady}[/]")
     for problem in rep.get("problems", []):
         console.print(f"[red]{problem}[/]")
     if result.elapsed_s is not None:

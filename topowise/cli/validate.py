@@ -122,6 +122,9 @@ def render(result, where: str) -> None:
         console.print(f"ranking {grp['model']} mb{grp['micro_batch']} seq{grp['seq_len']} {grp['fabric']}: predicted "
                       f"first {g['predicted_first']}, measured fastest {g['measured_fastest']} "
                       f"({100 * g['slower_by']:.1f}% slower) {mark}")
+    for u in s.get("unsteady", []):
+        console.print(f"[yellow]unsteady: {u['case']} (timed steps spread {100 * u['step_spread']:.1f}%: stalled, "
+                      f"not the steady step the model describes; error {_pct(u['step_error'])})[/]")
     for failed in s["failed"]:
         console.print(f"[yellow]not compared: {failed}[/]")
     for problem in s.get("problems", []):

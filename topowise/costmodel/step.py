@@ -6,8 +6,10 @@
   Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest (plus the
   recomputed forward with checkpointing).
 - memory-bound work on the compute stream, over HBM bandwidth (hardware.py) x Profile.hbm_efficiency:
-  the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 8+4, nll gradient 4, log_softmax
-  backward 8+4, cast back 4+2 = 40 bytes); ddp/zero1 autocast casts each weight to bf16 (4+2) and its
+  the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 12+4, nll gradient 4, log_softmax
+  backward 12+4, cast back 4+2 = 48 bytes; a vocabulary row of 128k-152k fp32 logits does not fit in
+  shared memory, so PyTorch's cunn_SoftMaxForward reads it three times (max, sum of exp, write) and
+  cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each weight to bf16 (4+2) and its
   bf16 gradient to fp32 (2+4) into the bucket (4+4): 20 bytes per parameter; FSDP2 copies each
   all-gather's output into the unsharded parameters (2+2 bytes per parameter per gather).
 - optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
@@ -38,7 +40,7 @@ FABRICS = ("nvlink", "pcie")
 ADAMW_FUSED_BYTES_PER_PARAM = 28  # see the module docstring
 AUTOCAST_BYTES_PER_PARAM = 6 + 6 + 8  # weight cast, weight-gradient cast, accumulate into the bucket
 FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
-LOSS_BYTES_PER_LOGIT = 40  # fp32 cross-entropy forward and backward
+LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 
 
 def normalize_strategy(name: str) -> str:
