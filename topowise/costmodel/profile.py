@@ -36,6 +36,15 @@ MEASURED_BUSBW = {
     ("PCIe", "all_reduce"): {MIB: 15.9, GIB: 27.7},
     ("PCIe", "all_gather"): {MIB: 12.5, GIB: 25.0},
 }
+# Ops nccl-tests was not run for, measured by `topowise bench comm` (the calibrate sweep) on the same
+# machine: broadcast (ZeRO-1 broadcasts every parameter after the step) and PCIe reduce_scatter.
+OWN_BUSBW = {
+    ("NV", "broadcast"): {MIB: 70.7, GIB: 368.0},
+    ("PCIe", "broadcast"): {MIB: 27.8, GIB: 50.1},
+    ("PCIe", "reduce_scatter"): {MIB: 12.3, GIB: 25.4},
+}
+OWN_WHERE = ("topowise bench comm on 2x H200 (NV18 / NCCL_P2P_DISABLE=1), 2026-11-30, "
+             "docs/results/2026-11-30-h200x2/run2/profile-records/collectives.jsonl")
 MEASURED_LINE_GBPS = {"NV": 478.0, "PCIe": 63.0}  # facts.md: 18 x 26.5625 NVLink 4; PCIe Gen5 x16
 MEASURED_WHERE = "facts.md: nccl-tests on 2x H200 (NV18 / NCCL_P2P_DISABLE=1), 2026-11-30"
 _BUSBW_FACTOR_AT_2 = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}
@@ -44,19 +53,16 @@ _BUSBW_FACTOR_AT_2 = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.
 def _comm_defaults() -> tuple[dict, dict, dict]:
     """(efficiency, latency_s, sources) per "LINK/op", from MEASURED_BUSBW.
 
-    Ops without a row borrow one, said in the source: broadcast (a ring like all_gather's, busbw
-    factor 1) takes all_gather's figures; PCIe reduce_scatter takes PCIe all_gather's. A PCIe latency
-    is never below the NVLink one for the same op (the host path adds hops; keeps pcie >= nvlink).
+    Rows not in nccl-tests' table come from our own bench comm (OWN_BUSBW). A PCIe latency is never
+    below the NVLink one for the same op (the host path adds hops; keeps pcie >= nvlink).
     """
     eff, lat, src = {}, {}, {}
     for link in LINK_CLASSES:
         for op in OPS:
-            row_op = op
-            borrowed = ""
-            if (link, op) not in MEASURED_BUSBW:
-                row_op = "all_gather"
-                borrowed = f" (no {op} row: {link} all_gather's figures)"
-            row = MEASURED_BUSBW[(link, row_op)]
+            row_op, where = op, MEASURED_WHERE
+            row = MEASURED_BUSBW.get((link, op))
+            if row is None:
+                row, where = OWN_BUSBW[(link, op)], OWN_WHERE
             line = MEASURED_LINE_GBPS[link]
             e = row[GIB] / line
             factor = _BUSBW_FACTOR_AT_2[row_op]
@@ -66,10 +72,10 @@ def _comm_defaults() -> tuple[dict, dict, dict]:
             key = f"{link}/{op}"
             eff[key] = round(e, 4)
             lat[key] = round(alpha, 8)
-            src[f"comm_efficiency.{key}"] = (f"{MEASURED_WHERE}: {row_op} busbw {row[GIB]:g} GB/s at 1 GiB "
-                                              f"/ {line:g} GB/s line = {e:.3f}{borrowed}")
-            src[f"latency_s.{key}"] = (f"{MEASURED_WHERE}: {row_op} 1 MiB row ({row[MIB]:g} GB/s busbw) less "
-                                        f"the bandwidth term = {alpha * 1e6:.1f} us{borrowed}")
+            src[f"comm_efficiency.{key}"] = (f"{where}: {row_op} busbw {row[GIB]:g} GB/s at 1 GiB "
+                                              f"/ {line:g} GB/s line = {e:.3f}")
+            src[f"latency_s.{key}"] = (f"{where}: {row_op} 1 MiB row ({row[MIB]:g} GB/s busbw) less "
+                                        f"the bandwidth term = {alpha * 1e6:.1f} us")
     return eff, lat, src
 
 
