@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
 #   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
-# Stages: topo comm train plain gputests study calibrate validate deepspeed. Each stage has its own time limit so
+# Stages: topo comm train plain gputests stall study calibrate validate deepspeed. Each stage has its own time limit so
 # one hang cannot eat the rest; everything lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz.
 # The multicast switches of the machine (NCCL_NVLS_ENABLE=0, ...) are inherited, never changed.
 set -u
@@ -33,6 +33,9 @@ for stage in "$@"; do
       T 120 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/plain_train.py --model llama3.2-1b --micro-batch 1 --seq-len 8192 > "$R/plain_train.txt" 2>&1 ;;
     gputests)
       T 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu > "$R/gpu_tests.txt" 2>&1 ;;
+    stall)  # zero3 with small blocks: do NCCL's channels (SMs) or the host hold it back? (docs/calibration.md)
+      T 150 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall.jsonl" > "$R/stall.txt" 2>&1
+      NCCL_MAX_NCHANNELS=4 T 150 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall-4ch.jsonl" > "$R/stall-4ch.txt" 2>&1 ;;
     study)
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
     calibrate)
