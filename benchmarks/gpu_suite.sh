@@ -35,7 +35,7 @@ for stage in "$@"; do
       T 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu > "$R/gpu_tests.txt" 2>&1 ;;
     stall)  # zero3 with small blocks: do NCCL's channels (SMs) or the host hold it back? (docs/calibration.md)
       T 150 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall.jsonl" > "$R/stall.txt" 2>&1
-      NCCL_MAX_NCHANNELS=4 T 150 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall-4ch.jsonl" > "$R/stall-4ch.txt" 2>&1 ;;
+      T 150 env NCCL_MAX_NCHANNELS=4 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall-4ch.jsonl" > "$R/stall-4ch.txt" 2>&1 ;;
     study)
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
     calibrate)
