@@ -138,3 +138,11 @@ def test_peak_never_rises_ddp_to_zero3(mb, seq, ac, n):
 
 def test_default_profile_headroom():
     assert 0 < default_profile().memory_headroom < 0.5
+
+
+@pytest.mark.parametrize("strategy,extra", [("ddp", True), ("zero1", True), ("zero2", False), ("zero3", False)])
+def test_ddp_bucket_rebuild_counts_in_the_peak_not_the_steady_step(strategy, extra):
+    model = load_model("llama3.2-1b")
+    m = predict(model, load_preset("h200-x2"), (0, 1), strategy, seq_len=8192).memory
+    assert m.first_steps_extra_bytes == (4 * model.params if extra else 0)
+    assert m.peak_bytes == m.allocated_bytes + m.overhead_bytes + m.first_steps_extra_bytes

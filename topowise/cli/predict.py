@@ -132,6 +132,8 @@ def render(p) -> None:
     mem.add_row("allocated (max_memory_allocated)", _gib(m.allocated_bytes))
     mem.add_row("allocator slack", _gib(m.allocator_slack_bytes))
     mem.add_row("CUDA context", _gib(m.cuda_context_bytes))
+    if m.first_steps_extra_bytes:
+        mem.add_row("step 2 only: DDP bucket rebuild", _gib(m.first_steps_extra_bytes))
     mem.add_row("[bold]peak[/]", f"[bold]{_gib(m.peak_bytes)}[/]")
     mem.add_row("GPU memory", _gib(m.gpu_memory_bytes))
     console.print(mem)

@@ -146,8 +146,9 @@ def autocast_cast_params(model: ModelSpec) -> int:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes per GPU at the peak moment (`peak_phase`). peak = allocated + overhead; allocated is the sum
-    of params, grads, optimizer, activations, logits and buffers (what max_memory_allocated reports)."""
+    """Bytes per GPU at the peak moment (`peak_phase`). allocated is the sum of params, grads, optimizer,
+    activations, logits and buffers: what max_memory_allocated reports over a steady step. peak =
+    allocated + overhead (allocator slack, CUDA context) + the first steps' extra (DDP's bucket rebuild)."""
 
     peak_bytes: int
     params_bytes: int
@@ -163,6 +164,11 @@ class MemoryBreakdown:
     allocator_slack_bytes: int = 0
     peak_phase: str = ""
     buffers: dict = field(default_factory=dict)  # name -> bytes, the parts of buffers_bytes
+    # DDP rebuilds its gradient buckets after the first iteration; on step 2 the old and the new
+    # buckets are both allocated: one more fp32 gradient copy (4 bytes per parameter) on top of the
+    # steady peak. Measured on 2x H200: +4.60 GiB for llama3.2-1b on step 2 only, ddp on both fabrics
+    # and zero1 over NVLink (docs/results/2026-11-30-h200x2/run2/train.jsonl, step_peak_memory_bytes).
+    first_steps_extra_bytes: int = 0  # counted in peak_bytes, not in allocated_bytes (the steady step)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -225,15 +231,17 @@ def estimate_memory(model: ModelSpec, strategy: str, shard_size: int, *, micro_b
     slack = profile.allocator_slack * allocated
     overhead = slack + profile.cuda_context_bytes
     return MemoryBreakdown(
-        peak_bytes=int(allocated + overhead), params_bytes=int(params_b), grads_bytes=int(grads_b),
+        peak_bytes=int(allocated + overhead + (full_grads if autocast else 0)), params_bytes=int(params_b), grads_bytes=int(grads_b),
         optimizer_bytes=int(opt_b), activations_bytes=int(acts_b), logits_bytes=int(logits_b),
         buffers_bytes=int(sum(buffers.values())), overhead_bytes=int(overhead),
         gpu_memory_bytes=int(gpu_memory_bytes), allocated_bytes=int(allocated),
         cuda_context_bytes=int(profile.cuda_context_bytes), allocator_slack_bytes=int(slack), peak_phase=phase,
         buffers={k: int(x) for k, x in buffers.items()},
+        first_steps_extra_bytes=int(full_grads) if autocast else 0,
     )
 
 
 def fits(memory: MemoryBreakdown, profile: Profile) -> bool:
-    """Peak within GPU memory less the profile's headroom."""
+    """Peak (the first steps' transient included: a job that runs out of memory on step 2 does not
+    fit) within GPU memory less the profile's headroom."""
     return memory.peak_bytes <= memory.gpu_memory_bytes * (1.0 - profile.memory_headroom)
