@@ -97,7 +97,7 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
         b.append(("p", f"{r.model}, micro-batch {r.micro_batch}, sequence {r.seq_len}; command: `{r.command}`. "
                        "Error = (predicted - measured) / measured."))
         b.append(("table", ["strategy", "status", "predicted ms", "measured ms", "step error %",
-                            "predicted GiB", "measured GiB", "memory error %"],
+                            "predicted allocated GiB", "measured allocated GiB", "memory error %"],
                   [[x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
                     _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
                     _pct(x.memory_error_pct)] for x in r.rows]))

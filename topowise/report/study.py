@@ -586,7 +586,8 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
         rec = next((r for r in reversed(records) if r.get("strategy") == strategy), None)
         try:
             p = predict(model, topo, tuple(gpus), strategy, micro_batch=micro_batch, seq_len=seq_len, profile=profile)
-            pred_t, pred_m = p.step_time_s, int(p.memory.peak_bytes)
+            # allocated bytes of a steady step: what max_memory_allocated over the timed steps measures
+            pred_t, pred_m = p.step_time_s, int(p.memory.allocated_bytes)
         except UsageError:
             pred_t = pred_m = None
         if rec is None:
@@ -594,5 +595,6 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
             continue
         ok = rec.get("status") == "ok"
         rows.append(Measured(strategy, str(rec.get("status")), rec.get("step_time_s") if ok else None,
-                             rec.get("peak_memory_bytes") if ok else None, pred_t, pred_m))
+                             (rec.get("steady_peak_memory_bytes") or rec.get("peak_memory_bytes")) if ok else None,
+                             pred_t, pred_m))
     return MeasuredRun(model.name, topo.name, tuple(gpus), micro_batch, seq_len, shown, tuple(rows))
