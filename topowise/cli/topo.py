@@ -30,6 +30,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<{width}}  {presets.describe(name)}")
         return 0
     topo = _load(args)
+    if hasattr(topo, "num_nodes"):  # a cluster: tiers and the network share, not an n x n matrix
+        from topowise.topology.cluster import cluster_report
+        from topowise.topology.model import parse_gpu_list
+
+        report = cluster_report(topo, parse_gpu_list(args.gpus, topo) if args.gpus else None)
+        print(json.dumps(report, indent=2)) if args.json else _render_cluster(report)
+        return 0
     report = topo_report(topo, args.gpus)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -63,9 +70,10 @@ def _load(args):
     if args.preset is not None:
         if args.gpu_name:
             raise UsageError("--gpu-name applies to `nvidia-smi topo -m` text given with --file, not to presets")
+        from topowise.topology.cluster import load_cluster
         from topowise.topology.presets import load_preset
 
-        return load_preset(args.preset)
+        return load_cluster(args.preset) or load_preset(args.preset)
     if args.file is not None:
         return _load_file(args.file, args.gpu_name)
     if args.gpu_name:
@@ -156,6 +164,30 @@ def _render(report: dict) -> None:
                           + ("" if best is None else f" at {best:g} GB/s"))
         else:
             console.print("  this is already the best choice of that many GPUs")
+    for w in report["warnings"]:
+        console.print(f"[bold red]warning[/bold red]: {w}", highlight=False)
+    if not report["warnings"]:
+        console.print("[green]no warnings[/green]")
+
+
+def _render_cluster(report: dict) -> None:
+    from rich.console import Console
+
+    console = Console()
+    net = report["network"]
+    console.print(f"[bold]{report['name']}[/bold]: {report['num_nodes']} nodes x {report['gpus_per_node']} GPUs "
+                  f"({report['node']['name']}), {report['num_gpus']} GPUs numbered node by node")
+    console.print(f"[bold]network[/bold]: {net['nics_per_node']} x {net['kind']} per node at {net['gbps_per_nic']:g} "
+                  f"GB/s each, {'rail-optimized' if net['rail_optimized'] else 'not rail-optimized'}; "
+                  f"[bold]{report['network_gbps_per_gpu']:.3g} GB/s per GPU[/bold] when every GPU communicates")
+    for t in report["tiers"]:
+        console.print(f"  {t['tier']:<8} {t['gbps_per_gpu']:>8.3g} GB/s per GPU  {t['scope']}")
+    sel = report.get("selection")
+    if sel:
+        bottleneck = "n/a (one GPU)" if sel["bottleneck_gbps"] is None else f"{sel['bottleneck_gbps']:.3g} GB/s"
+        console.print(f"[bold]selection[/bold] {len(sel['gpus'])} GPUs on node(s) "
+                      f"{','.join(map(str, sel['nodes_spanned']))}: ring at {bottleneck}; the best "
+                      f"{len(sel['gpus'])} sit on node(s) {','.join(map(str, sel['best_subset_nodes']))}")
     for w in report["warnings"]:
         console.print(f"[bold red]warning[/bold red]: {w}", highlight=False)
     if not report["warnings"]:

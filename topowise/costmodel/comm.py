@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from topowise.costmodel import network
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec
 from topowise.topology.model import Topology
@@ -107,6 +108,8 @@ def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list
     """A CollectiveCost for `count` calls over `group`; with `groups` (parallel groups, e.g. every
     shard group at once), the slowest group's link sets the rate."""
     groups = groups or [group]
+    if network.spans_nodes(topo, groups[0]):  # across nodes: NCCL's ring/tree model (network.py)
+        return network.collective_cost(op, nbytes, dtype, groups, topo, count, phase, profile)
     links = [group_link(topo, g) for g in groups]
     line, link = min(links, key=lambda x: x[0])
     n = len(groups[0])

@@ -36,10 +36,24 @@ class LaunchPlan:
     islands_spanned: int = 1
     node_gpus: int = 0  # GPUs in the whole node (Slurm asks for all of them to pin a subset)
     why: str = ""
+    num_nodes: int = 1  # a plan on a Cluster: nodes spanned, the same GPUs on each (export/multinode.py)
+    network: str = ""  # the cluster's network kind (ib-ndr, roce-200, eth-100, ...)
+    nic_names: tuple[str, ...] = ()  # the node's NICs, for NCCL_IB_HCA where they are RDMA devices
 
     @property
     def nproc(self) -> int:
         return len(self.gpus)
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.nproc // self.num_nodes
+
+    @property
+    def local_gpus(self) -> tuple[int, ...]:
+        """The GPUs each node runs on, in node-local indices (global index modulo the node's GPUs)."""
+        if self.num_nodes == 1 or not self.node_gpus:
+            return self.gpus
+        return tuple(sorted({g % self.node_gpus for g in self.gpus}))
 
     @property
     def shard_groups(self) -> tuple[tuple[int, ...], ...]:
@@ -52,15 +66,19 @@ class LaunchPlan:
     @property
     def env(self) -> dict[str, str]:
         """What the ranks need set. NVLink needs no NCCL variable; only the PCIe what-if turns P2P off."""
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus)}
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.local_gpus)}
         if self.fabric == "pcie":
             env["NCCL_P2P_DISABLE"] = "1"  # what --fabric pcie means (DESIGN.md): NVLink unused
+        if self.num_nodes > 1:
+            from topowise.export.multinode import nccl_network_env
+
+            env.update(nccl_network_env(self.network, self.nic_names))
         return env
 
     @property
     def warnings(self) -> tuple[str, ...]:
         out = []
-        if self.islands_spanned > 1:
+        if self.islands_spanned > self.num_nodes:  # more than one island on a node
             rate = f" at {self.link_gbps:.0f} GB/s" if self.link_gbps else ""
             out.append(f"the plan spans {self.islands_spanned} NVLink islands: collectives over all "
                        f"{self.nproc} GPUs cross PCIe{rate}")
@@ -73,7 +91,9 @@ class LaunchPlan:
         if self.shard_groups:
             groups = " (shard groups " + ",".join("{" + ",".join(map(str, g)) + "}" for g in self.shard_groups) + ")"
         ac = ", activation checkpointing" if self.activation_checkpointing else ""
-        return (f"{self.strategy}{groups} on GPUs {','.join(map(str, self.gpus))}, micro-batch {self.micro_batch}, "
+        where = f"{self.num_nodes} nodes x GPUs {','.join(map(str, self.local_gpus))}" if self.num_nodes > 1 else \
+            f"GPUs {','.join(map(str, self.gpus))}"
+        return (f"{self.strategy}{groups} on {where}, micro-batch {self.micro_batch}, "
                 f"seq {self.seq_len}{ac}: {self.model} on {self.topology}, "
                 f"predicted {self.tokens_per_s:,.0f} tokens/s")
 
@@ -83,9 +103,13 @@ class LaunchPlan:
         pred = plan.prediction
         link = pred.bottleneck_gbps
         per_node = getattr(topo, "gpus_per_node", topo.num_gpus)  # a multi-node Cluster has gpus_per_node
-        if len({g // per_node for g in plan.gpus}) > 1:
-            raise UsageError(f"the plan spans {len({g // per_node for g in plan.gpus})} nodes; exports and launch "
-                             "handle one node for now (plan with --num-gpus at most the GPUs of one node)")
+        counts = {}
+        for g in plan.gpus:
+            counts[g // per_node] = counts.get(g // per_node, 0) + 1
+        if len(set(counts.values())) > 1:
+            raise UsageError(f"the plan puts {sorted(counts.values())} GPUs on its nodes; torchrun and Slurm start the "
+                             "same number on every node (plan with --num-gpus a multiple of the nodes used)")
+        network = getattr(topo, "network", None)
         return cls(
             model=result.model, topology=topo.name, strategy=plan.strategy, gpus=tuple(plan.gpus),
             micro_batch=plan.micro_batch, seq_len=result.seq_len,
@@ -93,7 +117,9 @@ class LaunchPlan:
             fabric=result.fabric, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s,
             peak_memory_bytes=pred.memory.peak_bytes, gpu_memory_bytes=pred.memory.gpu_memory_bytes,
             link_gbps=None if link is None or link == float("inf") else link,
-            islands_spanned=pred.islands_spanned, node_gpus=per_node, why=plan.why,
+            islands_spanned=pred.islands_spanned, node_gpus=per_node, why=plan.why, num_nodes=len(counts),
+            network=network.kind if network else "",
+            nic_names=tuple(n.name for n in topo.node.nics) if network else (),
         )
 
     # --- JSON ----------------------------------------------------------------------------------
@@ -120,6 +146,9 @@ class LaunchPlan:
                 "why": self.why,
             },
             "node_gpus": self.node_gpus,
+            "num_nodes": self.num_nodes,
+            "network": self.network,
+            "nic_names": list(self.nic_names),
             "nproc": self.nproc,
             "env": self.env,
         }
@@ -145,7 +174,8 @@ class LaunchPlan:
                 gpu_memory_bytes=int(p.get("gpu_memory_bytes", 0)),
                 link_gbps=None if p.get("link_gbps") is None else float(p["link_gbps"]),
                 islands_spanned=int(p.get("islands_spanned", 1)), node_gpus=int(data.get("node_gpus", 0)),
-                why=str(p.get("why", "")),
+                why=str(p.get("why", "")), num_nodes=int(data.get("num_nodes", 1)),
+                network=str(data.get("network", "")), nic_names=tuple(str(n) for n in data.get("nic_names", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: plan JSON is missing or has a bad field ({exc})") from None
@@ -184,4 +214,7 @@ def render(kind: str, plan: LaunchPlan) -> str:
     }
     if kind not in exporters:
         raise UsageError(f"unknown export {kind!r}; valid: {', '.join(KINDS)}")
+    if plan.num_nodes > 1 and kind in ("accelerate", "torchtitan"):
+        raise UsageError(f"a plan across {plan.num_nodes} nodes exports as torchrun (one command per node), "
+                         f"slurm (sbatch --nodes) or deepspeed (its config); not yet as {kind}")
     return exporters[kind](plan)

@@ -16,6 +16,14 @@ RDZV_PORT = 29500  # torchrun's default master port
 
 
 def sbatch_script(plan: LaunchPlan, command=("train.py",), job_name: str | None = None) -> str:
+    if plan.num_nodes > 1:
+        from topowise.export import multinode
+
+        subset = plan.node_gpus > plan.nproc_per_node
+        return multinode.sbatch_multinode(
+            plan.num_nodes, plan.node_gpus if subset else plan.nproc_per_node, plan.nproc_per_node,
+            script_args(command), plan.env, job_name or f"topowise-{plan.strategy}", plan.summary(), plan.warnings,
+            multinode.network_notes(plan.network, plan.env), exclusive=subset)
     subset = plan.node_gpus > plan.nproc
     gpus_per_node = plan.node_gpus if subset else plan.nproc
     name = job_name or f"topowise-{plan.strategy}"

@@ -40,6 +40,9 @@ def torchrun_argv(plan: LaunchPlan, command, torchrun: tuple[str, ...] = ("torch
 
 def launch_config(plan: LaunchPlan, command, torchrun: tuple[str, ...] = ("torchrun",)) -> tuple[list[str], dict[str, str]]:
     """(argv, env) for os.execvpe: env is what to set on top of the caller's environment."""
+    if plan.num_nodes > 1:
+        raise UsageError(f"the plan spans {plan.num_nodes} nodes: start it on every node with "
+                         "`topowise plan ... --export torchrun` (one command per node) or `--export slurm`")
     env = dict(plan.env)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun sets 1 with a warning anyway; say it here
     return torchrun_argv(plan, command, torchrun), env
@@ -52,6 +55,12 @@ def shell_line(argv: list[str], env: dict[str, str]) -> str:
 
 
 def torchrun_script(plan: LaunchPlan, command=("train.py",)) -> str:
+    if plan.num_nodes > 1:
+        from topowise.export import multinode
+
+        env = dict(plan.env, OMP_NUM_THREADS="1")
+        return multinode.torchrun_per_node(plan.num_nodes, plan.nproc_per_node, script_args(command), env,
+                                           plan.summary(), plan.warnings, multinode.network_notes(plan.network, env))
     argv, env = launch_config(plan, command)
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]

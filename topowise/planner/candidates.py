@@ -85,6 +85,8 @@ def placements(topo: Topology, k: int) -> tuple[tuple[str, tuple[int, ...]], ...
 def shard_group_sizes(topo: Topology, k: int) -> tuple[int, ...]:
     """HSDP shard-group sizes for k GPUs: island sizes and 2/4/8 that divide k (1 and k are DDP and ZeRO-3)."""
     sizes = {len(isl) for isl in topo.islands()} | set(COMMON_SHARD_SIZES)
+    if hasattr(topo, "gpus_per_node"):  # a cluster: shard groups of 1, 2 or 4 whole nodes too
+        sizes |= {m * topo.gpus_per_node for m in (1, 2, 4)}
     return tuple(sorted(s for s in sizes if 1 < s < k and k % s == 0))
 
 

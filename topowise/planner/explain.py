@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # search imports explain; only types flow back
     from topowise.planner.search import Infeasible, Plan
 
 GIB = 1024**3
-LINK_NAMES = {"NV": "NVLink", "PCIe": "PCIe", "local": "local memory"}
+LINK_NAMES = {"NV": "NVLink", "PCIe": "PCIe", "local": "local memory", "NET": "the network between nodes"}
 OP_NAMES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce",
             "broadcast": "broadcast"}
 NOTABLE_EXPOSED = 0.03  # below 3% of the step, communication is not worth a sentence
