@@ -111,6 +111,7 @@ def render_markdown(results: dict, profile) -> str:
         "    srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\",
         "         --rdzv-endpoint $HEAD:29500 -m topowise bench comm   # inside a job: joins it",
         "    NCCL_ALGO=Tree srun ... -m topowise bench comm           # the same, on NCCL's tree",
+        "    topowise bench comm --algo ring,tree                      # one node: both, records labelled",
         "",
         "## Cluster presets",
         "",

@@ -84,3 +84,26 @@ def test_bench_train_across_two_nodes(tmp_path):
     ddp, zero3 = (r["losses"] for r in records)
     assert len(ddp) == len(zero3) >= 2
     assert all(abs(a - b) <= 0.02 * abs(a) for a, b in zip(ddp, zero3))
+
+
+def test_bench_comm_algo_runs_once_per_nccl_algo(tmp_path):
+    """--algo ring,tree: one run per NCCL_ALGO, records labelled (gloo ignores NCCL_ALGO: labels only)."""
+    out = tmp_path / "algo.jsonl"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        env.pop(key, None)
+    done = subprocess.run([sys.executable, "-m", "topowise", "bench", "comm", "--backend", "gloo", "--nproc", "2",
+                           "--ops", "all_reduce", "--min-bytes", "4K", "--max-bytes", "8K", "--warmup", "1",
+                           "--iters", "2", "--algo", "ring,tree", "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = _records(out)
+    assert [(r["algo"], r["bytes"]) for r in records] == [("Ring", 4096), ("Ring", 8192), ("Tree", 4096), ("Tree", 8192)]
+    assert all(r["scope"] == "intra-node" and r["nodes"] == 1 for r in records)
+
+
+def test_bench_comm_algo_list_inside_a_job_is_refused(tmp_path):
+    runs = _two_nodes(["bench", "comm", "--backend", "gloo", "--ops", "all_reduce", "--min-bytes", "4K",
+                       "--max-bytes", "4K", "--algo", "ring,tree"], tmp_path)
+    assert all(r.returncode != 0 for r in runs)  # the rank exits 2; torchrun reports a failed worker
+    assert all("NCCL_ALGO once" in r.stderr for r in runs)

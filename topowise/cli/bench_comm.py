@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls per case (default 5)")
     parser.add_argument("--iters", type=int, default=20, help="timed calls per case (default 20, as nccl-tests)")
+    parser.add_argument("--algo", default=None, metavar="LIST",
+                        help="NCCL_ALGO values to compare, e.g. ring,tree: one run each (outside a job), "
+                             "records labelled; default NCCL's own choice")
     parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
                         help="pcie runs with NCCL_P2P_DISABLE=1: what if NVLink were not there")
     parser.add_argument("--out", default=None, help="append one JSON record per case to FILE.jsonl")
@@ -103,9 +106,42 @@ def run(args: argparse.Namespace) -> int:
     if not joined and nproc < 2:
         raise UsageError("collectives need two or more processes: use --nproc 2 or more")
 
+    algos = parse_algos(args.algo)
+    if joined and len(algos) > 1:
+        raise UsageError(f"--algo {args.algo}: NCCL reads NCCL_ALGO once, when the job's communicator starts; "
+                         "inside a torchrun/srun job measure one per job (NCCL_ALGO=Tree srun ...) or give one value")
+    if len(algos) > 1:  # one run per algorithm, each a fresh set of ranks started with that NCCL_ALGO
+        status = 0
+        for algo in algos:
+            status = max(status, _run_once(args, algo, ops, dtype, sizes, backend, ngpu, nproc, joined,
+                                           matrix_bytes, topology, profile))
+        return status
+    return _run_once(args, algos[0] if algos else "", ops, dtype, sizes, backend, ngpu, nproc, joined, matrix_bytes,
+                     topology, profile)
+
+
+NCCL_ALGOS = {"ring": "Ring", "tree": "Tree", "collnetdirect": "CollnetDirect", "collnetchain": "CollnetChain",
+              "nvls": "NVLS", "nvlstree": "NVLSTree", "pat": "PAT"}
+
+
+def parse_algos(text: str | None) -> list[str]:
+    """`ring,tree` -> ["Ring", "Tree"] (NCCL_ALGO's spelling); None -> []."""
+    if not text:
+        return []
+    out = []
+    for word in text.split(","):
+        key = word.strip().lower()
+        if key not in NCCL_ALGOS:
+            raise UsageError(f"--algo {text!r}: {word.strip()!r} is not an NCCL algorithm; "
+                             f"valid: {', '.join(NCCL_ALGOS)}")
+        out.append(NCCL_ALGOS[key])
+    return out
+
+
+def _run_once(args, algo, ops, dtype, sizes, backend, ngpu, nproc, joined, matrix_bytes, topology, profile) -> int:
     state_dir = tempfile.mkdtemp(prefix="topowise-comm-") if not joined else ""
     log_dir = state_dir or _shared_log_dir()
-    env = {}
+    env = {"NCCL_ALGO": algo} if algo else {}  # read when the ranks' communicator starts
     if args.fabric == "pcie":
         env["NCCL_P2P_DISABLE"] = "1"  # only this: NCCL_NVLS_ENABLE and friends pass through untouched
     nccl_log = ""
@@ -120,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         out=os.path.abspath(args.out) if args.out else "", resume=args.resume, state_dir=state_dir,
         nccl_log=nccl_log, topology=topology, profile=profile, gpus=_visible_gpus(ngpu) if backend == "nccl" else (),
         matrix=args.matrix, matrix_bytes=matrix_bytes, plot=os.path.abspath(_plot_path(args)) if args.matrix else "",
-        json=args.json)
+        json=args.json, algo=algo)
     from topowise.measure.launcher import launch
 
     debug = getattr(args, "debug", False)
@@ -356,6 +392,12 @@ def render_collectives(console, records, cfg, rank, ctx) -> None:
         lines.append(f"# NCCL {meta['nccl_version'] or 'version unknown'}, transport {meta['transport']}")
     if cfg.backend == "nccl":
         lines.append(f"# expected busbw: {meta['expected'] or 'no topology for this group (give --topology)'}")
+    if ctx and len(ctx.nodes) > 1:
+        lines.append(f"# {len(ctx.nodes)} nodes: " + "; ".join(f"{h}: ranks {','.join(map(str, r))}"
+                                                          for h, r in ctx.nodes.items())
+                     + " -- every row below is inter-node")
+    if records and records[0].get("algo", "auto") != "auto":
+        lines.append(f"# NCCL_ALGO={records[0]['algo']}")
     lines += [f"# {n}" for n in meta["notes"]]
     for line in lines:
         console.print(Text(line, style="dim"))

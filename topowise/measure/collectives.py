@@ -162,7 +162,7 @@ def case_key(record: dict) -> tuple | None:
     if record.get("kind") != "collective":
         return None
     return (record["op"], int(record["bytes"]), record["dtype"], int(record["world_size"]),
-            record.get("backend"), record.get("fabric"))
+            record.get("backend"), record.get("fabric"), record.get("algo", "auto"))
 
 
 # --- what the topology says (pure) ---------------------------------------------------------------
@@ -294,6 +294,7 @@ class CommConfig:
     topology: dict | None = None  # Topology.to_dict(), or None to try live discovery on rank 0
     profile: dict | None = None  # a cost-model Profile.to_dict() for the expectation (None: default)
     gpus: tuple[int, ...] = ()  # physical GPU index of each local rank
+    algo: str = ""  # NCCL_ALGO this run was started with ("" = NCCL's own choice); a label for records
     matrix: bool = False
     matrix_bytes: int = 256 * 2**20
     plot: str = ""
@@ -573,13 +574,15 @@ def pending_cases(cfg: CommConfig, world: int, done: set) -> list[tuple[str, int
     for op in cfg.ops:
         for size in cfg.sizes:
             nbytes = case_elements(op, size, world, DTYPES[cfg.dtype]) * DTYPES[cfg.dtype]
-            if (op, nbytes, cfg.dtype, world, cfg.backend, cfg.fabric) not in done:
+            algo = cfg.algo or os.environ.get("NCCL_ALGO", "") or "auto"
+            if (op, nbytes, cfg.dtype, world, cfg.backend, cfg.fabric, algo) not in done:
                 out.append((op, size))
     return out
 
 
 def collective_record(res: CaseResult, cfg: CommConfig, world: int, *, transport: str,
-                      nccl_version: str | None, expected_gbps: float | None, host: str = "") -> dict:
+                      nccl_version: str | None, expected_gbps: float | None, host: str = "",
+                      nodes: dict | None = None) -> dict:
     algbw, busbw = bandwidths(res.op, res.bytes, world, res.time_s)
     pct = round(100 * busbw / expected_gbps, 1) if expected_gbps else None
     return {
@@ -605,7 +608,38 @@ def collective_record(res: CaseResult, cfg: CommConfig, world: int, *, transport
         "graph": res.graph,
         "host": host,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "algo": cfg.algo or os.environ.get("NCCL_ALGO", "") or "auto",
+        **node_labels(nodes or {}),
     }
+
+
+def node_labels(nodes: dict) -> dict:
+    """nodes: node -> its ranks. Every collective spans the whole job: inter-node when it has 2+ nodes."""
+    return {"nodes": len(nodes) or 1, "ranks_per_node": {h: list(r) for h, r in nodes.items()},
+            "scope": "inter-node" if len(nodes) > 1 else "intra-node"}
+
+
+def node_name() -> str:
+    """This rank's node: torchrun's node rank (GROUP_RANK), srun's SLURM_NODEID, else the hostname."""
+    import socket
+
+    host = socket.gethostname()
+    for var in ("GROUP_RANK", "SLURM_NODEID"):
+        if os.environ.get(var, "").isdigit():
+            return f"node{os.environ[var]} ({host})"
+    return host
+
+
+def ranks_by_node(world: int) -> dict:
+    """node -> sorted ranks on it, from every rank's `node_name` (a collective call: all ranks must call it)."""
+    import torch.distributed as dist
+
+    names = [None] * world
+    dist.all_gather_object(names, node_name())
+    out: dict = {}
+    for r, name in enumerate(names):
+        out.setdefault(name, []).append(r)
+    return out
 
 
 @dataclass
@@ -619,6 +653,7 @@ class RunContext:
     topology: object = None
     gpus: tuple[int, ...] = ()
     multi_node: bool = False
+    nodes: dict = field(default_factory=dict)  # node -> ranks
     causes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     expected_from: set = field(default_factory=set)
@@ -696,6 +731,7 @@ def run_collectives(cfg: CommConfig, rank, *, on_plan=None, on_record=None) -> t
             ctx.notes.append(f"--resume: {skipped} case(s) already in {cfg.out}, skipped")
     dist.broadcast_object_list(box, src=0)
     cases = box[0]
+    ctx.nodes = ranks_by_node(world)
     if rank.is_main:
         ctx.topology = resolve_topology(cfg)
         ctx.gpus = tuple(cfg.gpus[:world]) if len(cfg.gpus) >= world else tuple(range(world))
@@ -721,7 +757,7 @@ def run_collectives(cfg: CommConfig, rank, *, on_plan=None, on_record=None) -> t
             ctx.expected_from.add(ctx.expectation.source + f" + {ctx.expectation.latency_s * 1e6:.0f} us per call")
             expected = ctx.expectation.busbw_gbps(op, res.bytes, world)
         rec = collective_record(res, cfg, world, transport=ctx.transport, nccl_version=ctx.nccl_version,
-                                expected_gbps=expected, host=host)
+                                expected_gbps=expected, host=host, nodes=ctx.nodes)
         if cfg.out:
             append_record(cfg.out, rec)
         records.append(rec)
