@@ -24,23 +24,7 @@ EXTRA_KEYS = {"micro_batch", "seq_len", "fabric", "device", "activation_checkpoi
 
 
 def cli(argv):
-    """`topowise bench train ARGV` in this process: (exit status). Falls back to the verb module alone
-    while a sibling bench verb is missing from this checkout."""
-    try:
-        import topowise.cli.bench_comm  # noqa: F401
-    except ImportError:
-        from topowise.cli import bench_train
-        from topowise.cli.main import _Parser
-
-        parser = _Parser(prog="topowise bench train")
-        bench_train.add_arguments(parser)
-        try:
-            return bench_train.run(parser.parse_args(argv))
-        except UsageError as exc:
-            import sys
-
-            sys.stderr.write(f"topowise: error: {exc}\n")
-            return 2
+    """`topowise bench train ARGV` in this process: (exit status)."""
     from topowise.cli.main import main
 
     return main(["bench", "train", *argv])

@@ -49,7 +49,6 @@ def test_activations_match_what_autograd_saves():
     """Count the storages autograd saves in the bench's transformer on CPU; CUDA's fused rms_norm is
     emulated (CPU decomposes rms_norm and saves more)."""
     torch = pytest.importorskip("torch")
-    import torch.nn.functional as F
 
     from topowise.models import transformer
 

@@ -1,7 +1,6 @@
 """Topology sources: `nvidia-smi topo -m` text (real dumps in data/), NVML (a fake module), and checks."""
 
 import importlib.util
-import itertools
 import re
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 from topowise.errors import UsageError
 from topowise.topology import topology_from_text
 from topowise.topology.checks import warnings
-from topowise.topology.model import Topology, build
+from topowise.topology.model import Topology
 from topowise.topology.nvml import discover, normalize_bus_id
 from topowise.topology.presets import load_preset
 from topowise.topology.smi_text import parse_topo_text

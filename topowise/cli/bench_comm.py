@@ -14,7 +14,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 from topowise.errors import UsageError
 from topowise.measure import collectives as coll

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from topowise import hardware
 from topowise.costmodel import comm as comm_mod

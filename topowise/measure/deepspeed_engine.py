@@ -99,7 +99,6 @@ def train_deepspeed(case, rank) -> dict:
     # before the import: DeepSpeed picks its accelerator then; never JIT-build ops
     os.environ.setdefault("DS_ACCELERATOR", device_type)
     os.environ.setdefault("DS_BUILD_OPS", "0")
-    import torch
     import torch.nn.functional as F
 
     try:
@@ -109,21 +108,8 @@ def train_deepspeed(case, rank) -> dict:
 
     from topowise.measure import strategies as S
     from topowise.measure import train as T
-    from topowise.models.spec import load_model
-    from topowise.models.transformer import build_model
 
-    fail = T.injected_failure(case.strategy)
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    measured_peak = T.measure_matmul_flops() if device_type == "cuda" else None
-
-    spec = load_model(case.model)
-    model = build_model(spec, case.seq_len, rank.device, case.seed)
-    if case.activation_checkpointing:
-        S.apply_activation_checkpointing(model)
-    if case.compile:
-        S.apply_compile(model)
+    fail, measured_peak, spec, model = T.prepare_case(case, rank)
     optimizer = S.make_optimizer(model.parameters(), lr=case.lr, weight_decay=case.weight_decay,
                                  device_type=device_type)
     link = link_gbps_here(rank.world_size, case.fabric) if device_type == "cuda" else None

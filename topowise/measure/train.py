@@ -213,27 +213,37 @@ def run_case(config: dict) -> dict | None:
     return result
 
 
-def _train(case: TrainCase, rank) -> dict:
+def prepare_case(case: TrainCase, rank):
+    """What both engines do first: (injected failure, measured matmul rate, spec, the model built
+    from the spec with the case's seed, checkpointing and compile applied). Unwrapped."""
     import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
 
     from topowise.measure import strategies as S
     from topowise.models.transformer import build_model
 
-    device_type = "cuda" if case.device == "cuda" else "cpu"
     fail = injected_failure(case.strategy)
-    if device_type == "cuda":
+    measured_peak = None
+    if case.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls (none in the hot path) may use TF32
         torch.backends.cudnn.allow_tf32 = True
-    measured_peak = measure_matmul_flops() if device_type == "cuda" else None
-
+        measured_peak = measure_matmul_flops()
     spec = load_model(case.model)
     model = build_model(spec, case.seq_len, rank.device, case.seed)
     if case.activation_checkpointing:
         S.apply_activation_checkpointing(model)
     if case.compile:
         S.apply_compile(model)
+    return fail, measured_peak, spec, model
+
+
+def _train(case: TrainCase, rank) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from topowise.measure import strategies as S
+
+    device_type = "cuda" if case.device == "cuda" else "cpu"
+    fail, measured_peak, spec, model = prepare_case(case, rank)
 
     layout = {}
     if case.strategy in ("ddp", "zero1"):
