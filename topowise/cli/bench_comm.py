@@ -123,6 +123,13 @@ NCCL_ALGOS = {"ring": "Ring", "tree": "Tree", "collnetdirect": "CollnetDirect", 
               "nvls": "NVLS", "nvlstree": "NVLSTree", "pat": "PAT"}
 
 
+def nccl_algo_env(algo: str) -> str:
+    """NCCL_ALGO for a run that forces `algo` on all_reduce alone (the per-collective form): a bare
+    NCCL_ALGO=Tree also binds the broadcast torch.distributed runs at start-up, which has no tree
+    ("no algorithm/protocol available for function Broadcast", NCCL 2.28.9 on 2x H200, 2026-11-30)."""
+    return f"allreduce:{algo.lower()}"
+
+
 def parse_algos(text: str | None) -> list[str]:
     """`ring,tree` -> ["Ring", "Tree"] (NCCL_ALGO's spelling); None -> []."""
     if not text:
@@ -140,7 +147,7 @@ def parse_algos(text: str | None) -> list[str]:
 def _run_once(args, algo, ops, dtype, sizes, backend, ngpu, nproc, joined, matrix_bytes, topology, profile) -> int:
     state_dir = tempfile.mkdtemp(prefix="topowise-comm-") if not joined else ""
     log_dir = state_dir or _shared_log_dir()
-    env = {"NCCL_ALGO": algo} if algo else {}  # read when the ranks' communicator starts
+    env = {"NCCL_ALGO": nccl_algo_env(algo)} if algo else {}  # read when the ranks' communicator starts
     if args.fabric == "pcie":
         env["NCCL_P2P_DISABLE"] = "1"  # only this: NCCL_NVLS_ENABLE and friends pass through untouched
     nccl_log = ""
