@@ -80,6 +80,7 @@ def test_bench_train_across_two_nodes(tmp_path):
     records = _records(out)
     assert [r["strategy"] for r in records] == ["ddp", "zero3"]
     assert all(r["status"] == "ok" and r["world_size"] == 2 for r in records)
+    assert all(r["nodes"] == 2 and r["scope"] == "inter-node" for r in records)  # each node's ranks labelled
     # the same model, data and seed: ddp and zero3 must see the same losses across the two nodes
     ddp, zero3 = (r["losses"] for r in records)
     assert len(ddp) == len(zero3) >= 2

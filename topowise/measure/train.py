@@ -245,7 +245,9 @@ def _train(case: TrainCase, rank) -> dict:
     device_type = "cuda" if case.device == "cuda" else "cpu"
     fail, measured_peak, spec, model = prepare_case(case, rank)
 
-    layout = {}
+    from topowise.measure.collectives import node_labels, ranks_by_node
+
+    layout = node_labels(ranks_by_node(rank.world_size))  # which node holds which ranks (multi-node jobs)
     if case.strategy in ("ddp", "zero1"):
         if case.strategy == "ddp":
             wrapped = S.apply_ddp(model, device_type=device_type)
@@ -258,10 +260,10 @@ def _train(case: TrainCase, rank) -> dict:
         from torch.distributed.device_mesh import init_device_mesh
 
         if case.strategy == "hsdp":
-            shard, replicas, note = hsdp_layout(rank.world_size, case.shard_group_size)
+            shard, replicas, _note = hsdp_layout(rank.world_size, case.shard_group_size)
             mesh = init_device_mesh(device_type, (replicas, shard), mesh_dim_names=("replicate", "shard"))
             wrapped = S.apply_hsdp(model, mesh)
-            layout = {"shard_group_size": shard, "replicas": replicas}
+            layout.update(shard_group_size=shard, replicas=replicas)
         else:
             mesh = init_device_mesh(device_type, (rank.world_size,), mesh_dim_names=("shard",))
             wrapped = S.apply_fsdp(model, mesh, reshard_after_forward=case.strategy == "zero3")
@@ -628,7 +630,8 @@ def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict,
     if case.strategy == "hsdp":
         record["shard_group_size"] = result.get("shard_group_size", case.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (case.shard_group_size or world_size))
-    for key in ("error", "oom_requested_bytes", "log_tail", "note", "deepspeed_version", "deepspeed_config"):
+    for key in ("error", "oom_requested_bytes", "log_tail", "note", "deepspeed_version", "deepspeed_config",
+                "nodes", "ranks_per_node", "scope"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
