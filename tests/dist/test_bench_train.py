@@ -74,6 +74,7 @@ def test_oom_error_crash_and_divergence_are_recorded_and_the_run_goes_on(tmp_pat
     assert by["zero1"]["status"] == "oom" and by["zero1"]["oom_requested_bytes"] == int(3.5 * 1024**3)
     assert by["zero2"]["status"] == "error" and "injected failure" in by["zero2"]["error"]
     assert by["zero3"]["status"] == "error" and "left no result" in by["zero3"]["error"]
+    assert "launch_note" not in by["zero3"]  # it crashed after joining: the case's failure, not relaunched
     for name in ("zero1", "zero2", "zero3"):
         assert by[name]["step_time_s"] is None and by[name]["losses"] == []
     assert by["ddp"]["status"] == by["hsdp"]["status"] == "ok"  # the run went on after the failures
@@ -83,6 +84,14 @@ def test_oom_error_crash_and_divergence_are_recorded_and_the_run_goes_on(tmp_pat
     assert "DIVERGE" in check["message"] and status == 1
     assert [json.loads(line)["status"] for line in out.read_text().splitlines()] == [
         "ok", "oom", "error", "error", "ok"]
+
+
+@pytest.mark.dist
+def test_a_launch_whose_ranks_never_join_is_relaunched_once(capsys, monkeypatch):
+    monkeypatch.setenv(train.FAIL_ENV, "ddp:join_fails_once")
+    status, doc = run_json(["--strategies", "ddp"], capsys)
+    (ddp,) = doc["records"]
+    assert ddp["status"] == "ok" and "relaunched once" in ddp["launch_note"] and status == 0
 
 
 @pytest.mark.dist

@@ -186,9 +186,11 @@ def run_case(config: dict) -> dict | None:
     import torch.distributed as dist
 
     case = TrainCase.from_dict(config["case"])
+    _inject_before_join(injected_failure(case.strategy), Path(config["result_dir"]))
     rank = launcher.init_distributed("nccl" if case.device == "cuda" else "gloo",
                                      timeout_s=float(config.get("timeout_s", 600)))
     result_dir = Path(config["result_dir"])
+    (result_dir / f"rank{rank.rank}.started").touch()  # joined the group: what follows is the case's doing
     try:
         if case.engine == "deepspeed":
             from topowise.measure.deepspeed_engine import train_deepspeed
@@ -422,6 +424,13 @@ def injected_failure(strategy: str) -> str | None:
     return None
 
 
+def _inject_before_join(action: str | None, result_dir: Path) -> None:
+    """`join_fails_once`: the first launch dies before joining the group, as a lost rendezvous would."""
+    if action == "join_fails_once" and not (result_dir / "join_failed").exists():
+        (result_dir / "join_failed").touch()
+        os._exit(4)
+
+
 def _inject(action: str | None) -> None:
     if action == "oom":
         import torch
@@ -630,8 +639,8 @@ def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict,
     if case.strategy == "hsdp":
         record["shard_group_size"] = result.get("shard_group_size", case.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (case.shard_group_size or world_size))
-    for key in ("error", "oom_requested_bytes", "log_tail", "note", "deepspeed_version", "deepspeed_config",
-                "nodes", "ranks_per_node", "scope"):
+    for key in ("error", "oom_requested_bytes", "log_tail", "note", "launch_note", "deepspeed_version",
+                "deepspeed_config", "nodes", "ranks_per_node", "scope"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
@@ -712,6 +721,9 @@ def run_one(case: TrainCase, nproc: int, timeout_s: float) -> dict:
         log = tmp_path / "log.txt"
         started = time.monotonic()
         rc = _run_torchrun(config, nproc, child_env(case.fabric), timeout_s, log)
+        relaunched = rc not in (0, None) and len(list(tmp_path.glob("rank*.started"))) < nproc
+        if relaunched:  # a rank never joined the process group (rendezvous, ports): the launch failed, not the case
+            rc = _run_torchrun(config, nproc, child_env(case.fabric), timeout_s, log)
         ok = tmp_path / "rank0.json"
         failures = sorted(tmp_path.glob("rank*.failed.json"))
         if rc is None:
@@ -722,9 +734,10 @@ def run_one(case: TrainCase, nproc: int, timeout_s: float) -> dict:
             found = [json.loads(f.read_text()) for f in failures]
             worst = next((f for f in found if f["status"] == "oom"), found[0])
             return dict(worst, log_tail=_tail(log))
+        note = {"launch_note": "relaunched once: a rank failed to join the process group"} if relaunched else {}
         if rc == 0 and ok.is_file():
-            return json.loads(ok.read_text())
-        return {"status": "error", "log_tail": _tail(log),
+            return dict(json.loads(ok.read_text()), **note)
+        return {"status": "error", "log_tail": _tail(log), **note,
                 "error": f"the ranks exited with status {rc} and left no result (a crash: see log_tail)"}
 
 
