@@ -23,7 +23,7 @@ from typing import Iterable
 
 from topowise import hardware
 from topowise.errors import UsageError
-from topowise.topology.model import Gpu, Link, Nic, Topology
+from topowise.topology.model import Gpu, Link, Nic, Topology, check_format
 
 FORMAT = "topowise.cluster"
 VERSION = 1
@@ -345,10 +345,7 @@ class Cluster:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "JSON") -> "Cluster":
-        if data.get("format") != FORMAT:
-            raise UsageError(f"{where} is not a topowise cluster (no \"format\": \"{FORMAT}\")")
-        if data.get("version") != VERSION:
-            raise UsageError(f"{where} is cluster format version {data.get('version')}; this topowise reads {VERSION}")
+        check_format(data, FORMAT, VERSION, where, "cluster")
         try:
             return cls(
                 node=Topology.from_dict(data["node"], f"{where} (node)"),

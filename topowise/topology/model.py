@@ -236,10 +236,7 @@ class Topology:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "JSON") -> "Topology":
-        if data.get("format") != FORMAT:
-            raise UsageError(f"{where} is not a topowise topology (no \"format\": \"{FORMAT}\")")
-        if data.get("version") != VERSION:
-            raise UsageError(f"{where} is topology format version {data.get('version')}; this topowise reads {VERSION}")
+        check_format(data, FORMAT, VERSION, where, "topology")
         try:
             return cls(
                 name=data["name"],
@@ -255,6 +252,14 @@ class Topology:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def check_format(data: dict, fmt: str, version: int, where: str, what: str) -> None:
+    """Refuse JSON that is not ours, or of another format version, with one clear line."""
+    if data.get("format") != fmt:
+        raise UsageError(f"{where} is not a topowise {what} (no \"format\": \"{fmt}\")")
+    if data.get("version") != version:
+        raise UsageError(f"{where} is {what} format version {data.get('version')}; this topowise reads {version}")
 
 
 def build(name: str, gpu_name: str, kinds: dict[tuple[int, int], str], *, nvlink_counts=None, nics=(),
