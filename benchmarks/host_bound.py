@@ -1,0 +1,131 @@
+"""Is a training step bound by the GPU or by the host (Python, hooks, kernel launches)?
+
+    PYTHONPATH=. python3 benchmarks/host_bound.py --out-dir $OUT/host
+
+In an eager step with no synchronisation, the host issues kernels ahead of the GPU; a step then
+takes max(host time, GPU time). Shrinking the tokens shrinks the GPU time but not the host's (the
+same operations on smaller tensors), so the step time at a few tokens is a floor set by the host,
+and a sweep over tokens shows where the GPU takes over. One launch over NVLink (calibrate's
+joined form: every case in one process group): three models x four strategies at 128 tokens, and
+qwen2.5-0.5b at micro-batch 2 over 512..4096 tokens with ddp, zero2 and zero3.
+
+Then, on one GPU, the two memory-bound passes the cost model times with one HBM efficiency, each
+timed alone: torch's fused AdamW step over the parameter shapes of a model (bytes moved / time),
+and the fp32 cross-entropy (forward + backward) over bf16 logits. Prints a table; writes JSONL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from topowise import calibrate as C
+from topowise.models.spec import load_model
+
+FLOOR_TOKENS = 128
+
+
+def plan(steps: int) -> C.Plan:
+    floor = [C.Case(m, s, 1, FLOOR_TOKENS) for m in ("qwen2.5-0.5b", "llama3.2-1b", "llama3.2-3b")
+             for s in ("ddp", "zero1", "zero2", "zero3")]
+    sweep = [C.Case("qwen2.5-0.5b", s, 2, seq) for seq in (512, 1024, 2048, 4096) for s in ("ddp", "zero2", "zero3")]
+    return C.Plan(device="cuda", fabrics=("nvlink",), comm_ops=(), comm_sizes=(), cases=tuple(floor + sweep),
+                  warmup=3, steps=steps)
+
+
+def time_cuda(fn, reps: int = 10, warmup: int = 3) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def adamw_rate(model_name: str) -> dict:
+    """Fused AdamW over fp32 parameters of the model's shapes: 28 bytes moved per parameter
+    (read param, grad, exp_avg, exp_avg_sq: 16; write param, exp_avg, exp_avg_sq: 12)."""
+    import torch
+
+    from topowise.models.transformer import Transformer
+
+    with torch.device("meta"):
+        shapes = [p.shape for p in Transformer(load_model(model_name), 128).parameters()]
+    params = [torch.nn.Parameter(torch.randn(s, device="cuda")) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    n = sum(p.numel() for p in params)
+    seconds = time_cuda(opt.step)
+    del opt, params
+    torch.cuda.empty_cache()
+    return {"pass": "fused_adamw", "model": model_name, "params": n, "tensors": len(shapes),
+            "bytes": 28 * n, "seconds": seconds, "gbps": 28 * n / seconds / 1e9}
+
+
+def loss_rate(vocab: int, tokens: int) -> dict:
+    """bf16 logits -> fp32 cross-entropy, forward and backward to the bf16 logits."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = torch.randn(tokens, vocab, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,), device="cuda")
+
+    def step():
+        F.cross_entropy(logits.float(), target).backward()
+        logits.grad = None
+
+    seconds = time_cuda(step)
+    n = tokens * vocab
+    return {"pass": "cross_entropy", "vocab": vocab, "tokens": tokens, "logits": n, "bytes_model": 48 * n,
+            "seconds": seconds, "gbps_at_48_bytes": 48 * n / seconds / 1e9}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--skip-train", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    passes = [adamw_rate(m) for m in ("qwen2.5-0.5b", "llama3.2-1b", "llama3.2-3b")]
+    passes += [loss_rate(v, t) for v, t in ((151936, 8192), (128256, 4096), (128256, 8192))]
+    with open(out / "passes.jsonl", "w") as fh:
+        for p in passes:
+            fh.write(json.dumps(p) + "\n")
+    for p in passes:
+        rate = p.get("gbps") or p["gbps_at_48_bytes"]
+        print(f"{p['pass']:14} {p.get('model') or p['vocab']:>14} {p['seconds'] * 1e3:8.2f} ms  {rate:7.0f} GB/s")
+
+    if not args.skip_train:
+        import torch
+
+        torch.cuda.empty_cache()
+        t0 = time.time()
+        problems = C.measure(plan(args.steps), 2, out / "records", progress=print)
+        print(f"training runs took {time.time() - t0:.0f} s; problems: {problems or 'none'}")
+        rows = [json.loads(line) for line in (out / "records" / "train.jsonl").read_text().splitlines()]
+        print(f"{'model':14} {'strategy':8} {'mb':>3} {'seq':>5} {'ms/step':>8} {'spread':>7}")
+        for r in rows:
+            times = r.get("step_times_s") or [0]
+            spread = C.step_spread(times) if r.get("status") == "ok" else float("nan")
+            print(f"{r['model']:14} {r['strategy']:8} {r['micro_batch']:3} {r['seq_len']:5} "
+                  f"{(r.get('step_time_s') or 0) * 1e3:8.1f} {spread * 100:6.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
