@@ -10,7 +10,7 @@ R=$OUT/suite
 mkdir -p "$R"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1
 T() { local limit=$1; shift; echo "### $(date -u +%FT%TZ) $*" | tee -a "$R/commands.txt"; timeout "$limit" "$@"; echo "### exit $?" >> "$R/commands.txt"; }
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'; env | grep -E '^(NCCL|CUDA|TORCH_SYMM|NVSHMEM)_' | sort; } > "$R/machine.txt" 2>&1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'; env | grep -E '^(NCCL|CUDA|TORCH_SYMM|NVSHMEM)_' | sort; lscpu | grep -E "^(Model name|CPU\(s\)|CPU max MHz|Thread)"; } > "$R/machine.txt" 2>&1
 for stage in "$@"; do
   case $stage in
     topo)
