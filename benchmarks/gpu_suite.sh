@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
 #   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
-# Stages: topo comm train plain gputests stall host study calibrate validate deepspeed. Each stage has its own time limit so
+# Stages: topo comm train plain gputests stall host hostgc study calibrate validate deepspeed. Each stage has its own time limit so
 # one hang cannot eat the rest; everything lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz.
 # The multicast switches of the machine (NCCL_NVLS_ENABLE=0, ...) are inherited, never changed.
 set -u
@@ -38,6 +38,9 @@ for stage in "$@"; do
       T 150 env NCCL_MAX_NCHANNELS=4 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall-4ch.jsonl" > "$R/stall-4ch.txt" 2>&1 ;;
     host)  # host-bound or GPU-bound? step floors at 128 tokens, a token sweep, AdamW and loss passes alone
       T 300 python3 benchmarks/host_bound.py --out-dir "$R/host" > "$R/host.txt" 2>&1 ;;
+    hostgc)  # the host floors with and without Python's automatic garbage collection in the step loop
+      T 200 python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcoff" > "$R/host-gcoff.txt" 2>&1
+      T 200 env TOPOWISE_BENCH_GC=on python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcon" > "$R/host-gcon.txt" 2>&1 ;;
     study)
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
     calibrate)

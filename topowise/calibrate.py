@@ -43,6 +43,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable
 
+from topowise.costmodel.profile import HOST_PHASES
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile, load_profile
 from topowise.errors import UsageError
@@ -105,17 +106,26 @@ def _grid(models: Iterable[tuple[str, int, int, tuple[str, ...]]], fabrics: Iter
     return tuple(Case(m, s, mb, seq, f) for f in fabrics for (m, mb, seq, strategies) in models for s in strategies)
 
 
+# The host's time to issue a step (Python, hooks, launches) does not shrink with the tokens; the GPU's
+# does. At 128 tokens the GPU keeps up and bench train's host phase times are the host's own cost
+# (benchmarks/host_bound.py: on 2x H200 every strategy of 0.5B-1B models is host-bound there).
+HOST_FLOOR_TOKENS = 128
+
 # GPU calibration (about three minutes on 2x H200): the comm sweep 1 MiB..1 GiB on the four ops the
-# strategies issue, per fabric; two model sizes, ddp and zero3 on the small one, every non-hsdp
-# strategy on the larger one (zero1's broadcasts and zero2's overlap need a run of their own).
+# strategies issue, per fabric; two model sizes at 8192 tokens (long enough that the GPU, not the host,
+# sets the step of most runs), ddp and zero3 on the small one, every non-hsdp
+# strategy on the larger one (zero1's broadcasts and zero2's overlap need a run of their own); then
+# both models with every non-hsdp strategy at HOST_FLOOR_TOKENS over NVLink (the host's cost per block).
 # The alpha-beta fit takes 8 MiB and up: training moves 25 MiB DDP buckets and 30 MiB..1.5 GiB FSDP
 # units, and NCCL's busbw keeps rising to 1 GiB (facts.md), which one alpha-beta line cannot follow
 # from 1 MiB (on the 2x H200 sweep: within -11..+13% from 1 MiB, -10..+7% from 8 MiB).
 GPU_CALIBRATION = Plan(
     device="cuda", fabrics=("nvlink", "pcie"), comm_ops=("all_reduce", "all_gather", "reduce_scatter", "broadcast"),
     comm_sizes=tuple(MIB * 2**k for k in range(11)), fit_min_bytes=8 * MIB,
-    cases=_grid([("qwen2.5-0.5b", 1, 4096, ("ddp", "zero3")),
-                 ("llama3.2-1b", 1, 4096, ("ddp", "zero1", "zero2", "zero3"))], ("nvlink", "pcie")),
+    cases=_grid([("qwen2.5-0.5b", 1, 8192, ("ddp", "zero3")),
+                 ("llama3.2-1b", 1, 8192, ("ddp", "zero1", "zero2", "zero3"))], ("nvlink", "pcie"))
+    + _grid([(m, 1, HOST_FLOOR_TOKENS, ("ddp", "zero1", "zero2", "zero3")) for m in ("qwen2.5-0.5b", "llama3.2-1b")],
+            ("nvlink",)),
     warmup=3, steps=5)
 
 # GPU validation (about three minutes): a model size calibration never ran (3B), a micro-batch it never
@@ -609,6 +619,8 @@ class Observation:
     peak_allocated_bytes: float | None
     reserved_bytes: float | None
     step_spread: float = 0.0  # interquartile range / median of the timed steps (`step_spread`)
+    host_phase_s: dict | None = None  # bench train's host seconds per phase (median of the timed steps)
+    device: str = "cuda"
 
     @property
     def case(self) -> Case:
@@ -644,7 +656,8 @@ def observations_from(records: list[dict]) -> list[Observation]:
             world_size=int(r["world_size"]),
             shard_group_size=r.get("shard_group_size") if r["strategy"] == "hsdp" else None,
             step_time_s=float(r["step_time_s"]), peak_allocated_bytes=(r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")),
-            reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s"))))
+            reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
+            host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda")))
     return out
 
 
@@ -672,12 +685,46 @@ OVERLAP_INHERIT = {"zero1": ("ddp",), "ddp": ("zero1",), "zero2": ("zero3", "hsd
                    "hsdp": ("zero3", "zero2")}
 
 
+# A run is host-bound when the GPU's share of its step, as the model predicts it with no host term, is
+# under this fraction of the measured step: the GPU idles most of the step waiting for the host, so
+# bench train's host phase times are what the host needs, not time spent blocked on a busy GPU.
+HOST_BOUND_FRACTION = 0.5
+
+
+def host_bound_runs(profile: Profile, obs: list[Observation], predict_one: Callable) -> list[Observation]:
+    """The GPU runs whose device-only prediction is under HOST_BOUND_FRACTION of the measured step."""
+    device_only = replace(profile, host_s_per_layer={})
+    return [o for o in obs if o.device == "cuda" and o.host_phase_s
+            and predict_one(device_only, o).step_time_s < HOST_BOUND_FRACTION * o.step_time_s]
+
+
+def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable, layers: Callable[[str], int],
+             where: str) -> tuple[Profile, list[Observation]]:
+    """host_s_per_layer["strategy/phase"]: the median over host-bound runs of that strategy of bench
+    train's host seconds in the phase / the model's blocks. Returns the profile and the runs used."""
+    bound = host_bound_runs(profile, obs, predict_one)
+    values, src = dict(profile.host_s_per_layer), dict(profile.sources)
+    for strategy in STRATEGY_ORDER:
+        runs = [o for o in bound if o.strategy == strategy]
+        if not runs:
+            continue
+        names = ", ".join(f"{o.model} mb{o.micro_batch} seq{o.seq_len} {o.fabric}" for o in runs)
+        for phase in HOST_PHASES:
+            per_layer = [o.host_phase_s[phase] / layers(o.model) for o in runs]
+            values[f"{strategy}/{phase}"] = round(statistics.median(per_layer), 7)
+            src[f"host_s_per_layer.{strategy}/{phase}"] = (
+                f"calibrated ({where}): median of bench train's host seconds in the {phase} per block over "
+                f"{len(runs)} host-bound runs ({names}; GPU work under {HOST_BOUND_FRACTION:g} of the step): "
+                + ", ".join(f"{1e3 * v:.2f}" for v in per_layer) + " ms")
+    return replace(profile, host_s_per_layer=values, sources=src), bound
+
+
 def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callable, where: str,
                   names: list[str] | None = None) -> tuple[Profile, ParamFit]:
     """compute_efficiency, hbm_efficiency and each measured strategy's overlap from measured step times.
 
-    Runs whose timed steps spread more than UNSTEADY_SPREAD are left out (not a device-bound steady
-    state); the sources name them."""
+    Runs whose timed steps spread more than UNSTEADY_SPREAD are left out (not a steady state); the
+    sources name them."""
     unsteady = [o for o in obs if o.step_spread > UNSTEADY_SPREAD]
     obs = [o for o in obs if o.step_spread <= UNSTEADY_SPREAD]
     if not obs:
@@ -769,12 +816,19 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         profile = replace(profile, sources=src)
     obs = observations_from(records)
     predict_one = predictor(topo, model_loader)
-    profile, step_fit = fit_step_time(profile, obs, predict_one, where, fit_names)
+    from topowise.models.spec import load_model
+
+    load = model_loader or load_model
+    profile, host_runs = fit_host(profile, obs, predict_one, lambda name: load(name).num_layers, where)
+    # a host-bound run says nothing about the GPU's rates: the host term describes it
+    device_obs = [o for o in obs if o not in host_runs]
+    profile, step_fit = fit_step_time(profile, device_obs, predict_one, where, fit_names)
     profile, mem_fit = fit_memory(profile, obs, predict_one, where)
     profile = replace(profile, fingerprint=fingerprint)
     report.update(step_time=asdict(step_fit), memory=asdict(mem_fit) if mem_fit else None,
+                  host_bound=[_case_words(o.case) for o in host_runs],
                   unsteady=[f"{_case_words(o.case)}: timed steps spread {100 * o.step_spread:.1f}%"
-                            for o in obs if o.step_spread > UNSTEADY_SPREAD],
+                            for o in device_obs if o.step_spread > UNSTEADY_SPREAD],
                   runs=len(obs), failed=[f"{r.get('model')} {r.get('strategy')} {r.get('fabric')}: {r.get('status')}"
                                          for r in records if r.get("kind") == "train" and r.get("status") != "ok"])
     return profile, report

@@ -51,6 +51,9 @@ def test_every_strategy_runs_and_losses_agree(tmp_path, capsys):
         assert r["losses"][-1] < r["losses"][0]  # it trains
         assert abs(r["losses"][0] - math.log(512)) < 0.5  # starts near ln(vocab): the same init everywhere
         assert r["step_time_s"] > 0 and r["tokens_per_s_per_gpu"] == pytest.approx(64 / r["step_time_s"])
+        host = r["host_phase_s"]  # on CPU the host does the work itself: its phases make up the step
+        assert set(host) == {"forward", "backward", "optimizer"} and all(v > 0 for v in host.values())
+        assert sum(host.values()) <= r["step_time_s"] * 1.5
     check = doc["losses_check"]
     assert check["agree"] and check["max_rel_diff"] < train.LOSS_RTOL
     assert "losses agree across ddp, zero1, zero2, zero3, hsdp" in check["message"]

@@ -81,6 +81,10 @@ def _comm_defaults() -> tuple[dict, dict, dict]:
 
 _EFF, _LAT, _COMM_SOURCES = _comm_defaults()
 
+HOST_PHASES = ("forward", "backward", "optimizer")
+HOST_FALLBACK = {"hsdp": "zero3"}
+HOST_S_PER_LAYER: dict[str, float] = {}
+
 _SOURCES = {
     "compute_efficiency": (
         "stated guess, to be calibrated: a bf16 8192^3 matmul reaches 790/989 = 0.80 of the H200 peak "
@@ -120,8 +124,19 @@ class Profile:
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
+    # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
+    # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
+    host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER))
     fingerprint: str = ""  # "" for the default; calibrate writes machine + date + versions
     sources: dict = field(default_factory=lambda: dict(_SOURCES, **_COMM_SOURCES))
+
+    def host_s(self, strategy: str, phase: str) -> float:
+        """Host seconds per block for a strategy's phase (hsdp runs zero3's code; 0 when unknown)."""
+        for name in (strategy, HOST_FALLBACK.get(strategy)):
+            value = self.host_s_per_layer.get(f"{name}/{phase}")
+            if value is not None:
+                return float(value)
+        return 0.0
 
     def comm(self, link: str, op: str) -> tuple[float, float]:
         """(achieved fraction of line rate, latency seconds) for an op on a link class."""

@@ -17,6 +17,12 @@
 - communication (comm.py) by phase: "forward"/"backward" collectives hide behind that phase's compute
   with the strategy's overlap efficiency e: exposed = max(H - C, 0) + (1 - e) min(H, C); the rest
   (the first all-gathers, the last bucket or reduce-scatter, zero1's broadcasts) is exposed whole.
+- the host: eager PyTorch issues every kernel from Python, and the step never waits for the GPU, so
+  the host runs ahead of a busy GPU; when the GPU's work in a phase (forward with the loss, backward,
+  optimizer step) is shorter than the host's time to issue it, the GPU waits. Each phase takes
+  max(host, GPU); host = Profile.host_s_per_layer[strategy/phase] x blocks, measured by `calibrate`
+  (bench train's host phase times at 128 tokens, where the GPU keeps up). Small models with FSDP2
+  (per-parameter hooks in every block) are host-bound on a fast GPU.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ ALIASES = {"fsdp": "zero3"}
 FABRICS = ("nvlink", "pcie")
 ADAMW_FUSED_BYTES_PER_PARAM = 28  # see the module docstring
 AUTOCAST_BYTES_PER_PARAM = 6 + 6 + 8  # weight cast, weight-gradient cast, accumulate into the bucket
+AUTOCAST_FORWARD_BYTES_PER_PARAM = 6  # of which the forward's: the weight cast
 FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
+LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
 
 
 def normalize_strategy(name: str) -> str:
@@ -61,6 +69,8 @@ class TimeBreakdown:
     optimizer_s: float = 0.0
     forward_s: float = 0.0
     backward_s: float = 0.0
+    host_s: float = 0.0  # host (Python) time to issue the step
+    host_wait_s: float = 0.0  # of the step, time the GPU waits for the host (0: GPU-bound)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -209,27 +219,41 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
     forward_s = model_flops / 3.0 / rate
     backward_s = compute_s - forward_s
 
-    # memory-bound passes and the optimizer step
+    # memory-bound passes (forward, backward bytes) and the optimizer step
     hbm = hardware.hbm_bytes_per_s(spec.name) * profile.hbm_efficiency
     shard = shard_group_size if strategy == "hsdp" else n
     local_params = model.params if strategy == "ddp" else model.params / shard
-    copy_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size
+    loss_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size
+    fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
     if strategy in ("ddp", "zero1"):
-        copy_bytes += AUTOCAST_BYTES_PER_PARAM * model.params
-    else:  # zero3 and hsdp gather the blocks a second time in backward
+        fwd_bytes += AUTOCAST_FORWARD_BYTES_PER_PARAM * model.params
+        copy_bytes = loss_bytes + AUTOCAST_BYTES_PER_PARAM * model.params
+    else:  # every unit is gathered for the forward; zero3 and hsdp gather the blocks again in backward
+        fwd_bytes += FSDP_COPY_OUT_BYTES_PER_PARAM * model.params
         gathered = model.params + (0 if strategy == "zero2" else model.num_layers * model.layer_params)
-        copy_bytes += FSDP_COPY_OUT_BYTES_PER_PARAM * gathered
+        copy_bytes = loss_bytes + FSDP_COPY_OUT_BYTES_PER_PARAM * gathered
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
     collectives = comm_mod.strategy_collectives(model, topo, gpus, strategy, profile, shard_group_size)
     overlap = profile.overlap.get(strategy, 0.0)
-    fixed = sum(c.time_s for c in collectives if c.phase in comm_mod.EXPOSED_PHASES)
-    fwd_hide = sum(c.time_s for c in collectives if c.phase == comm_mod.FORWARD)
-    bwd_hide = sum(c.time_s for c in collectives if c.phase == comm_mod.BACKWARD)
-    exposed = fixed + exposed_time(fwd_hide, forward_s, overlap) + exposed_time(bwd_hide, backward_s, overlap)
+
+    def phase_sum(*phases: str) -> float:
+        return sum(c.time_s for c in collectives if c.phase in phases)
+
+    fwd_exposed = phase_sum(comm_mod.FORWARD_FIRST) + exposed_time(phase_sum(comm_mod.FORWARD), forward_s, overlap)
+    bwd_exposed = phase_sum(comm_mod.BACKWARD_LAST) + exposed_time(phase_sum(comm_mod.BACKWARD), backward_s, overlap)
+    opt_exposed = phase_sum(comm_mod.AFTER_STEP)
+    exposed = fwd_exposed + bwd_exposed + opt_exposed
     comm_s = sum(c.time_s for c in collectives)
-    step = compute_s + memory_bound_s + optimizer_s + exposed
+    # what the GPU does in each phase, and what the host (Python) needs to issue it: a phase takes the
+    # longer of the two (the host runs ahead of a busy GPU; an idle GPU waits for the host)
+    device = {"forward": forward_s + fwd_bytes / hbm + fwd_exposed,
+              "backward": backward_s + (copy_bytes - fwd_bytes) / hbm + bwd_exposed,
+              "optimizer": optimizer_s + opt_exposed}
+    host = {p: profile.host_s(strategy, p) * model.num_layers for p in device}
+    device_s = compute_s + memory_bound_s + optimizer_s + exposed
+    step = device_s + sum(max(host[p] - device[p], 0.0) for p in device)
 
     memory = estimate_memory(model, strategy, shard, micro_batch=micro_batch, seq_len=seq_len,
                              activation_checkpointing=activation_checkpointing,
@@ -241,7 +265,8 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
         seq_len=seq_len, activation_checkpointing=activation_checkpointing, fabric=fabric,
         shard_group_size=shard_group_size if strategy == "hsdp" else None, step_time_s=step,
         tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
-        time=TimeBreakdown(compute_s, comm_s, exposed, collectives, memory_bound_s, optimizer_s, forward_s, backward_s),
+        time=TimeBreakdown(compute_s, comm_s, exposed, collectives, memory_bound_s, optimizer_s, forward_s, backward_s,
+                           host_s=sum(host.values()), host_wait_s=step - device_s),
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topo.islands_spanned(gpus)),

@@ -276,21 +276,46 @@ def _train(case: TrainCase, rank) -> dict:
     inputs, targets = synthetic_batches(case, rank.rank, spec.vocab_size, rank.device)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if S.uses_autocast(case.strategy) else nullcontext()
 
+    host: list[tuple[float, float, float]] = []  # per step: host seconds in forward, backward, optimizer
+
     def one_step(step: int):
+        t0 = time.perf_counter()
         with autocast:
             logits = wrapped(inputs[step])
         # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
         del logits
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         if fail != "diverge":
             optimizer.step()
         wrapped.zero_grad(set_to_none=True)
+        host.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
         return loss
 
     peaks: list[int] = []
     times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks)
+    layout["host_phase_s"] = host_phases(host[case.warmup:], rank)
     return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks)
+
+
+HOST_PHASES = ("forward", "backward", "optimizer")
+
+
+def host_phases(per_step: list[tuple[float, float, float]], rank) -> dict[str, float]:
+    """Median host (Python) seconds per phase over the timed steps, the slowest rank's.
+
+    The step loop never waits for the GPU, so where the GPU keeps up (few tokens), this is what the
+    host needs to issue each phase: the floor the cost model's host term describes. Where the GPU is
+    the bottleneck, the host blocks on a full launch queue and these times include that wait."""
+    import torch
+    import torch.distributed as dist
+
+    medians = [statistics.median(col) for col in zip(*per_step)] if per_step else [0.0] * len(HOST_PHASES)
+    t = torch.tensor(medians, dtype=torch.float64, device=rank.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return dict(zip(HOST_PHASES, t.tolist()))
 
 
 def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None = None) -> tuple[list[float], list]:
@@ -300,8 +325,23 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
     counters start here; with `peaks`, each step's peak allocated bytes is appended to it (the
     allocator's counters are host-side: reading them does not wait for the GPU). Losses stay tensors
     (no .item() inside the loop)."""
+    import gc
+
     import torch
 
+    # As torchtitan's training loop does (GarbageCollection, tools/utils.py): collect once, then no
+    # automatic collection during the steps, whose pauses land on random steps of the host's time.
+    # TOPOWISE_BENCH_GC=on keeps Python's automatic collection (to measure what it costs).
+    gc.collect()
+    if os.environ.get("TOPOWISE_BENCH_GC") != "on":
+        gc.disable()
+    try:
+        return _timed_steps(total, one_step, cuda, peaks, torch)
+    finally:
+        gc.enable()
+
+
+def _timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None, torch) -> tuple[list[float], list]:
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -640,7 +680,7 @@ def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict,
         record["shard_group_size"] = result.get("shard_group_size", case.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (case.shard_group_size or world_size))
     for key in ("error", "oom_requested_bytes", "log_tail", "note", "launch_note", "deepspeed_version",
-                "deepspeed_config", "nodes", "ranks_per_node", "scope"):
+                "deepspeed_config", "nodes", "ranks_per_node", "scope", "host_phase_s"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
