@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
 from topowise import calibrate as C
-from topowise.models.spec import load_model
+from topowise.measure.passes import adamw_pass, loss_pass
 
 FLOOR_TOKENS = 128
 
@@ -35,62 +34,6 @@ def plan(steps: int, models: list[str], seqs: list[int]) -> C.Plan:
     sweep = [C.Case("qwen2.5-0.5b", s, 2, seq) for seq in seqs for s in ("ddp", "zero2", "zero3")]
     return C.Plan(device="cuda", fabrics=("nvlink",), comm_ops=(), comm_sizes=(), cases=tuple(floor + sweep),
                   warmup=3, steps=steps)
-
-
-def time_cuda(fn, reps: int = 10, warmup: int = 3) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
-def adamw_rate(model_name: str) -> dict:
-    """Fused AdamW over fp32 parameters of the model's shapes: 28 bytes moved per parameter
-    (read param, grad, exp_avg, exp_avg_sq: 16; write param, exp_avg, exp_avg_sq: 12)."""
-    import torch
-
-    from topowise.models.transformer import Transformer
-
-    with torch.device("meta"):
-        shapes = [p.shape for p in Transformer(load_model(model_name), 128).parameters()]
-    params = [torch.nn.Parameter(torch.randn(s, device="cuda")) for s in shapes]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    n = sum(p.numel() for p in params)
-    seconds = time_cuda(opt.step)
-    del opt, params
-    torch.cuda.empty_cache()
-    return {"pass": "fused_adamw", "model": model_name, "params": n, "tensors": len(shapes),
-            "bytes": 28 * n, "seconds": seconds, "gbps": 28 * n / seconds / 1e9}
-
-
-def loss_rate(vocab: int, tokens: int) -> dict:
-    """bf16 logits -> fp32 cross-entropy, forward and backward to the bf16 logits."""
-    import torch
-    import torch.nn.functional as F
-
-    logits = torch.randn(tokens, vocab, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    target = torch.randint(0, vocab, (tokens,), device="cuda")
-
-    def step():
-        F.cross_entropy(logits.float(), target).backward()
-        logits.grad = None
-
-    seconds = time_cuda(step)
-    n = tokens * vocab
-    return {"pass": "cross_entropy", "vocab": vocab, "tokens": tokens, "logits": n, "bytes_model": 48 * n,
-            "seconds": seconds, "gbps_at_48_bytes": 48 * n / seconds / 1e9}
 
 
 def main() -> int:
@@ -105,14 +48,14 @@ def main() -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    passes = [] if args.skip_passes else [adamw_rate(m) for m in ("qwen2.5-0.5b", "llama3.2-1b", "llama3.2-3b")]
-    passes += [] if args.skip_passes else [loss_rate(v, t) for v, t in ((151936, 8192), (128256, 4096), (128256, 8192))]
+    passes = [] if args.skip_passes else [adamw_pass(m) for m in ("qwen2.5-0.5b", "llama3.2-1b", "llama3.2-3b")]
+    passes += [] if args.skip_passes else [loss_pass(v, t) for v, t in ((151936, 8192), (128256, 4096), (128256, 8192))]
     with open(out / "passes.jsonl", "a") as fh:
         for p in passes:
             fh.write(json.dumps(p) + "\n")
     for p in passes:
-        rate = p.get("gbps") or p["gbps_at_48_bytes"]
-        print(f"{p['pass']:14} {p.get('model') or p['vocab']:>14} {p['seconds'] * 1e3:8.2f} ms  {rate:7.0f} GB/s")
+        print(f"{p['pass']:14} {p.get('model') or p['vocab']:>14} {p['seconds'] * 1e3:8.2f} ms  "
+              f"{p['bytes_per_s'] / 1e9:7.0f} GB/s")
 
     if not args.skip_train:
         import torch

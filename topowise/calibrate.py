@@ -51,7 +51,8 @@ from topowise.errors import UsageError
 GIB = 1024**3
 MIB = 1024**2
 CACHE_SUBDIR = ("topowise", "profiles")
-RECORD_FILES = {"collective": "collectives.jsonl", "train": "train.jsonl", "matmul": "matmul.jsonl"}
+RECORD_FILES = {"collective": "collectives.jsonl", "train": "train.jsonl", "matmul": "matmul.jsonl",
+                "hbm_pass": "passes.jsonl"}
 META_FILE = "meta.json"
 ENTRY = "topowise.calibrate:rank_main"
 # gloo between processes of one CPU has no line rate; the CPU topology says this nominal one, and the
@@ -100,6 +101,9 @@ class Plan:
     comm_iters: int = 20
     comm_warmup: int = 5
     fit_min_bytes: int = 0  # the alpha-beta fit uses sizes from here up (all are recorded)
+    # memory-bound passes timed alone (measure/passes.py): fused AdamW over this model's parameter
+    # shapes, and the fp32 loss over (vocabulary, tokens) logits; None: not measured (CPU)
+    hbm_passes: tuple[str, int, int] | None = None
 
 
 def _grid(models: Iterable[tuple[str, int, int, tuple[str, ...]]], fabrics: Iterable[str]) -> tuple[Case, ...]:
@@ -126,7 +130,7 @@ GPU_CALIBRATION = Plan(
                  ("llama3.2-1b", 1, 8192, ("ddp", "zero1", "zero2", "zero3"))], ("nvlink", "pcie"))
     + _grid([(m, 1, HOST_FLOOR_TOKENS, ("ddp", "zero1", "zero2", "zero3")) for m in ("qwen2.5-0.5b", "llama3.2-1b")],
             ("nvlink",)),
-    warmup=3, steps=5)
+    warmup=3, steps=5, hbm_passes=("llama3.2-1b", 128256, 8192))
 
 # GPU validation (about three minutes): a model size calibration never ran (3B), a micro-batch it never
 # ran (2) and a sequence length it never ran (2048); both fabrics; every strategy.
@@ -479,6 +483,7 @@ def apply_comm_fits(profile: Profile, fits: list[CommFit], where: str) -> Profil
 
 # --- a small bounded least squares (Levenberg-Marquardt), no numpy ---------------------------------
 PARAM_BOUNDS = {"compute_efficiency": (0.01, 1.0), "hbm_efficiency": (0.05, 1.0), "activation_scale": (0.2, 5.0),
+                "activation_traffic": (0.0, 40.0),
                 "allocator_slack": (0.0, 2.0)}
 OVERLAP_BOUNDS = (0.0, 1.0)
 
@@ -691,6 +696,11 @@ OVERLAP_INHERIT = {"zero1": ("ddp",), "ddp": ("zero1",), "zero2": ("zero3", "hsd
 HOST_BOUND_FRACTION = 0.5
 
 
+# The GPU-rate fit leaves out runs whose fitted host time is over this fraction of the measured step:
+# there the step is set by the host (or by both, phase by phase), not by the GPU's rates.
+HOST_DOMINATED_FRACTION = 0.75
+
+
 def host_bound_runs(profile: Profile, obs: list[Observation], predict_one: Callable) -> list[Observation]:
     """The GPU runs whose device-only prediction is under HOST_BOUND_FRACTION of the measured step."""
     device_only = replace(profile, host_s_per_layer={})
@@ -731,6 +741,8 @@ def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callabl
         return profile, ParamFit({}, (), 0.0, 0.0, 0)
     strategies = [s for s in STRATEGY_ORDER if any(o.strategy == s for o in obs)]
     names = names or ["compute_efficiency", "hbm_efficiency"] + [f"overlap.{s}" for s in strategies]
+    # an overlap of a strategy no (steady) run measured is inherited below, not fitted
+    names = [n for n in names if not n.startswith("overlap.") or n.split(".", 1)[1] in strategies]
     fit = fit_parameters(profile, names, obs, lambda p, o: predict_one(p, o).step_time_s, lambda o: o.step_time_s)
     runs = _describe_runs(obs)
     if unsteady:
@@ -788,6 +800,15 @@ def _describe_runs(obs: list[Observation]) -> str:
     return f"{len(obs)} runs ({', '.join(models)}; {', '.join(strategies)}; {', '.join(fabrics)})"
 
 
+def _datasheet_hbm(topo) -> float | None:
+    from topowise import hardware
+
+    try:
+        return hardware.hbm_bytes_per_s(topo.gpu_spec.name) or None
+    except Exception:  # noqa: BLE001 - a CPU or an unknown part: no datasheet rate
+        return None
+
+
 def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "", base: Profile | None = None,
                 model_loader: Callable | None = None, fit_names: list[str] | None = None,
                 comm_min_bytes: int = 0) -> tuple[Profile, dict]:
@@ -814,14 +835,31 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
                                  f"{matmul[0].get('n', '?')}^3 matrix product measured {rate / 1e12:.0f} TFLOP/s "
                                  f"({rate / sheet:.2f} of it) during calibration ({where})")
         profile = replace(profile, sources=src)
+    passes = [r for r in records if r.get("kind") == "hbm_pass" and r.get("bytes_per_s")]
+    sheet_hbm = _datasheet_hbm(topo)
+    if passes and sheet_hbm:
+        rate = statistics.mean(r["bytes_per_s"] for r in passes)
+        src = dict(profile.sources)
+        src["hbm_efficiency"] = (f"calibrated ({where}): the memory-bound passes timed alone, mean "
+                                 f"{rate / 1e9:.0f} GB/s of the datasheet {sheet_hbm / 1e9:.0f} GB/s: "
+                                 + ", ".join(f"{r['pass']} {r['bytes_per_s'] / 1e9:.0f} GB/s" for r in passes))
+        profile = replace(profile, hbm_efficiency=round(rate / sheet_hbm, 4), sources=src)
+        report["hbm_passes"] = {r["pass"]: r["bytes_per_s"] for r in passes}
+    if fit_names is None:
+        # with the HBM rate measured, the step times fit the elementwise traffic instead (the two trade
+        # off against each other and against compute_efficiency when all are fitted together)
+        fit_names = ["compute_efficiency", "activation_traffic"] if passes and sheet_hbm else [
+            "compute_efficiency", "hbm_efficiency"]
+        fit_names += [f"overlap.{s}" for s in STRATEGY_ORDER]
     obs = observations_from(records)
     predict_one = predictor(topo, model_loader)
     from topowise.models.spec import load_model
 
     load = model_loader or load_model
     profile, host_runs = fit_host(profile, obs, predict_one, lambda name: load(name).num_layers, where)
-    # a host-bound run says nothing about the GPU's rates: the host term describes it
-    device_obs = [o for o in obs if o not in host_runs]
+    # a run the host dominates says little about the GPU's rates: the host term describes it
+    device_obs = [o for o in obs if o not in host_runs
+                  and predict_one(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
     profile, step_fit = fit_step_time(profile, device_obs, predict_one, where, fit_names)
     profile, mem_fit = fit_memory(profile, obs, predict_one, where)
     profile = replace(profile, fingerprint=fingerprint)
@@ -889,8 +927,12 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
               "steps": plan.steps, "warmup": plan.warmup, "activation_checkpointing": c.activation_checkpointing,
               "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
               "out": str(records_dir / RECORD_FILES["train"])} for c in cases]
+    passes = None
+    if plan.hbm_passes and fabric == plan.fabrics[0]:  # a pass alone does not depend on the fabric
+        passes = {"model": plan.hbm_passes[0], "vocab": plan.hbm_passes[1], "tokens": plan.hbm_passes[2],
+                  "out": str(records_dir / RECORD_FILES["hbm_pass"])}
     return {"backend": backend, "fabric": fabric, "comm": comm, "train": train, "timeout_s": timeout_s,
-            "matmul_out": str(records_dir / RECORD_FILES["matmul"]),
+            "passes": passes, "matmul_out": str(records_dir / RECORD_FILES["matmul"]),
             "heartbeat": str(records_dir / f".heartbeat.{fabric}")}
 
 
@@ -922,6 +964,8 @@ def rank_main(config: dict) -> None:
                                                  "flops_per_s": rate, "fabric": config["fabric"],
                                                  "world_size": rank.world_size})
             say(f"bf16 {n}^3 matrix product: {rate / 1e12:.3g} TFLOP/s")
+        if config.get("passes") and rank.device.startswith("cuda"):
+            measure_passes(config["passes"], rank, say)
         for req in config.get("train", []):
             request = train.make_request(**req)
             left = allocated_now(rank.device)
@@ -951,6 +995,20 @@ def rank_main(config: dict) -> None:
                 dist.destroy_process_group()
         except Exception:
             pass
+
+
+def measure_passes(cfg: dict, rank, say: Callable[[str], None]) -> None:
+    """Every rank times the two passes at once (as in training); rank 0 records its own."""
+    import torch  # rank side only
+
+    from topowise.measure import passes
+    from topowise.measure.records import append_record
+
+    for record in (passes.adamw_pass(cfg["model"]), passes.loss_pass(cfg["vocab"], cfg["tokens"])):
+        torch.cuda.empty_cache()
+        if rank.is_main:
+            append_record(cfg["out"], dict(record, device=rank.device, world_size=rank.world_size))
+            say(f"{record['pass']} alone: {record['bytes_per_s'] / 1e9:.0f} GB/s")
 
 
 def allocated_now(device: str) -> int:

@@ -9,8 +9,12 @@ L layers, H heads, Q head dim, T sequence length: the attention scores and the w
 2 matmuls x 2 FLOPs x T x H Q per layer forward, times 3 for forward + backward. PaLM counts the
 full T x T square (no causal halving); MFU everywhere in topowise uses this same count.
 
+Hardware FLOPs (what the GPU executes, for the time model) count attention as the flash kernel runs
+it (FlashAttention-2, Dao 2023, arXiv 2307.08691: the forward does 2 matmuls, QK^T and PV; the
+backward 5, recomputing QK^T; with a causal mask the blocks above the diagonal are skipped, about
+half): 2 x 2 T H Q / 2 forward + 5 x 2 T H Q / 2 backward = 7 L H Q T of the 12 counted above.
 Recomputation (activation checkpointing) runs each block's forward a second time: hardware FLOPs
-rise by one forward of the blocks (2 N_blocks + 4 L H Q T); model FLOPs, and so MFU, do not.
+rise by one forward of the blocks (2 N_blocks + 2 L H Q T); model FLOPs, and so MFU, do not.
 """
 
 from __future__ import annotations
@@ -36,11 +40,22 @@ def training_flops_per_token(model: ModelSpec, seq_len: int, activation_checkpoi
     return 6.0 * flops_params(model) + attention_flops_per_token(model, seq_len)
 
 
+FLASH_FORWARD_SHARE = 2.0 / 12.0  # of attention_flops_per_token: causal forward (see the docstring)
+FLASH_BACKWARD_SHARE = 5.0 / 12.0  # causal backward, QK^T recomputed
+
+
+def hardware_forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """FLOPs the GPU executes in the forward: 2 N + the causal flash forward."""
+    return 2.0 * flops_params(model) + FLASH_FORWARD_SHARE * attention_flops_per_token(model, seq_len)
+
+
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, activation_checkpointing: bool = False) -> float:
-    """FLOPs the GPU executes: model FLOPs plus, with checkpointing, one more forward of every block."""
-    flops = training_flops_per_token(model, seq_len)
+    """FLOPs the GPU executes: 6 N + causal flash attention (7 L H Q T) plus, with checkpointing,
+    one more forward of every block."""
+    attention = attention_flops_per_token(model, seq_len)
+    flops = 6.0 * flops_params(model) + (FLASH_FORWARD_SHARE + FLASH_BACKWARD_SHARE) * attention
     if activation_checkpointing:
-        flops += 2.0 * model.num_layers * model.layer_params + attention_flops_per_token(model, seq_len) / 3.0
+        flops += 2.0 * model.num_layers * model.layer_params + FLASH_FORWARD_SHARE * attention
     return flops
 
 

@@ -124,6 +124,7 @@ class Profile:
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
+    activation_traffic: float = 0.0  # HBM bytes of elementwise work in the blocks per saved activation byte
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER))

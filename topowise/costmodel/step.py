@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 from topowise import hardware
 from topowise.costmodel import comm as comm_mod
 from topowise.costmodel.comm import CollectiveCost
-from topowise.costmodel.flops import hardware_flops_per_token, training_flops_per_token
-from topowise.costmodel.memory import MemoryBreakdown, estimate_memory, fits
+from topowise.costmodel.flops import (hardware_flops_per_token, hardware_forward_flops_per_token,
+                                     training_flops_per_token)
+from topowise.costmodel.memory import MemoryBreakdown, activation_bytes_per_token_per_layer, estimate_memory, fits
 from topowise.costmodel.profile import Profile, default_profile
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
@@ -216,7 +217,7 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
     rate = peak * profile.compute_efficiency
     model_flops = training_flops_per_token(model, seq_len) * tokens
     compute_s = hardware_flops_per_token(model, seq_len, activation_checkpointing) * tokens / rate
-    forward_s = model_flops / 3.0 / rate
+    forward_s = hardware_forward_flops_per_token(model, seq_len) * tokens / rate
     backward_s = compute_s - forward_s
 
     # memory-bound passes (forward, backward bytes) and the optimizer step
@@ -232,6 +233,12 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
         fwd_bytes += FSDP_COPY_OUT_BYTES_PER_PARAM * model.params
         gathered = model.params + (0 if strategy == "zero2" else model.num_layers * model.layer_params)
         copy_bytes = loss_bytes + FSDP_COPY_OUT_BYTES_PER_PARAM * gathered
+    # elementwise work inside the blocks (norms, rotary, SwiGLU, residuals, casts) reads and writes the
+    # activations; its traffic is counted as activation_traffic x the bytes the blocks save for backward
+    act = profile.activation_traffic * activation_bytes_per_token_per_layer(
+        model, autocast=strategy in ("ddp", "zero1")) * tokens * model.num_layers
+    fwd_bytes += act / 2
+    copy_bytes += act
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
