@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
 #   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
-# Stages: topo comm train plain gputests stall host hostgc study calibrate validate deepspeed. Each stage has its own time limit so
+# Stages: topo comm train plain gputests stall host hostgc trace study calibrate validate deepspeed. Each stage has its own time limit so
 # one hang cannot eat the rest; everything lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz.
 # The multicast switches of the machine (NCCL_NVLS_ENABLE=0, ...) are inherited, never changed.
 set -u
@@ -41,6 +41,10 @@ for stage in "$@"; do
     hostgc)  # the host floors with and without Python's automatic garbage collection in the step loop
       T 200 python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcoff" > "$R/host-gcoff.txt" 2>&1
       T 200 env TOPOWISE_BENCH_GC=on python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcon" > "$R/host-gcon.txt" 2>&1 ;;
+    trace)  # where does the host spend (or wait out) a host-bound FSDP2 step? torch.profiler tables per rank
+      for c in "zero3 2 4096" "zero3 1 128" "zero2 2 4096"; do set -- $c
+        T 120 env TOPOWISE_BENCH_PROFILE="$R/trace-$1-mb$2-seq$3" python3 -m topowise bench train --model qwen2.5-0.5b --strategies $1 --micro-batch $2 --seq-len $3 --steps 5 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
+      done ;;
     study)
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
     calibrate)

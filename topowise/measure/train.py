@@ -336,9 +336,26 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
     if os.environ.get("TOPOWISE_BENCH_GC") != "on":
         gc.disable()
     try:
-        return _timed_steps(total, one_step, cuda, peaks, torch)
+        trace_dir = os.environ.get("TOPOWISE_BENCH_PROFILE")
+        if not trace_dir:
+            return _timed_steps(total, one_step, cuda, peaks, torch)
+        return _profiled_steps(trace_dir, total, one_step, cuda, peaks, torch)
     finally:
         gc.enable()
+
+
+def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch):
+    """TOPOWISE_BENCH_PROFILE=DIR (a diagnostic): the steps under torch.profiler; each rank writes its
+    operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        result = _timed_steps(total, one_step, cuda, peaks, torch)
+    path = Path(trace_dir) / f"rank{os.environ.get('RANK', '0')}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60))
+    return result
 
 
 def _timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None, torch) -> tuple[list[float], list]:
