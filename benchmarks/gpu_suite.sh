@@ -42,7 +42,7 @@ for stage in "$@"; do
       T 200 python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcoff" > "$R/host-gcoff.txt" 2>&1
       T 200 env TOPOWISE_BENCH_GC=on python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcon" > "$R/host-gcon.txt" 2>&1 ;;
     trace)  # where does the host spend (or wait out) a host-bound FSDP2 step? torch.profiler tables per rank
-      for c in ${TRACE_CASES:-"zero3 2 4096" "zero3 1 128" "zero2 2 4096"}; do set -- $c
+      for c in "zero3 2 4096" "zero3 1 128" "zero2 2 4096"; do set -- $c
         T 120 env TOPOWISE_BENCH_PROFILE="$R/trace-$1-mb$2-seq$3" python3 -m topowise bench train --model qwen2.5-0.5b --strategies $1 --micro-batch $2 --seq-len $3 --steps 5 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
       done ;;
     study)

@@ -1,7 +1,7 @@
 """The decoder-only transformer that `bench train` runs, built from a ModelSpec.
 
 Llama family (also Qwen2, Mistral): RMSNorm (F.rms_norm), rotary attention through
-F.scaled_dot_product_attention(is_causal=True) (the flash kernel on CUDA in bf16: SDPA_BACKENDS), SwiGLU MLP,
+F.scaled_dot_product_attention(is_causal=True) (the flash kernel on CUDA in bf16), SwiGLU MLP,
 grouped-query attention, q/k/v biases when `spec.qkv_bias`, the output projection tied to the
 embedding when `spec.tied_embeddings`. GPT-2 family: LayerNorm, GELU MLP, learned positions, biases.
 The parameter count equals `spec.params` exactly (tested on the presets, built on the meta device).
@@ -18,17 +18,9 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
-
-# The attention kernels SDPA may pick: flash first, never cuDNN. On an H200 (torch 2.11) SDPA picks
-# cuDNN's attention when allowed, whose host side costs about 0.7 ms per call and, in a ZeRO-3 step,
-# waits for the GPU (5.5 ms per forward call: torch.profiler, docs/results/2026-11-30-h200x2/run12):
-# 24 blocks of it make a small model's step host-bound. The cost model's FLOPs and saved tensors are
-# those of the flash kernel (costmodel/flops.py, costmodel/memory.py).
-SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 INIT_STD = 0.02  # GPT-2 / Llama initialisation of linear and embedding weights
 NORM_EPS = 1e-5
@@ -81,8 +73,7 @@ class Attention(nn.Module):
             repeat = self.heads // self.kv_heads
             k = k.repeat_interleave(repeat, dim=1)
             v = v.repeat_interleave(repeat, dim=1)
-        with sdpa_kernel(SDPA_BACKENDS):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out(y.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
