@@ -1198,8 +1198,9 @@ def compare(records: list[dict], profile: Profile, topo, model_loader: Callable 
             p.step_time_s, (r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")), float(p.memory.allocated_bytes), r.get("reserved_bytes"),
             float(p.memory.peak_bytes), o.world_size,
             {"compute_s": t.compute_s, "memory_bound_s": t.memory_bound_s, "optimizer_s": t.optimizer_s,
-             "comm_s": t.comm_s, "exposed_comm_s": t.exposed_comm_s, "activations_bytes": p.memory.activations_bytes,
-             "peak_phase": p.memory.peak_phase}, step_spread(r.get("step_times_s"))))
+             "comm_s": t.comm_s, "exposed_comm_s": t.exposed_comm_s, "host_s": t.host_s, "host_wait_s": t.host_wait_s,
+             "activations_bytes": p.memory.activations_bytes, "peak_phase": p.memory.peak_phase},
+            step_spread(r.get("step_times_s"))))
     return rows
 
 
@@ -1238,7 +1239,16 @@ def summarize(rows: list[ValidationRow], tolerance: float = RANK_TOLERANCE) -> d
         # counted above like every case; named so a reader knows the model does not describe them
         "unsteady": [{"case": _case_words(r.case), "step_spread": r.step_spread, "step_error": r.step_error}
                      for r in rows if r.step_spread > UNSTEADY_SPREAD],
+        # the same errors split by what the model says sets the step: the GPU alone, or the host in some phase
+        "by_bound": {bound: _errors([r for r in rows if (r.breakdown.get("host_wait_s", 0.0) > 0) == host])
+                     for bound, host in (("gpu", False), ("host", True))},
     }
+
+
+def _errors(rows: list[ValidationRow]) -> dict:
+    errs = [abs(r.step_error) for r in rows if r.step_error is not None]
+    return {"cases": len(errs), "mean_abs_error": sum(errs) / len(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None}
 
 
 def meets_target(summary: dict) -> dict:

@@ -198,6 +198,64 @@ def test_fit_profile_end_to_end_from_records(topo):
         assert profile.sources[name].startswith("calibrated"), name
 
 
+# --- the host, and the memory-bound passes timed alone ------------------------------------------------
+PHASES = ("forward", "backward", "optimizer")
+
+
+def host_truth(scale=1.0):
+    """Host seconds per block: forward 3 ms, backward 4 ms, optimizer 0.5 ms, more for later strategies."""
+    return {f"{s}/{p}": t * k * scale for k, s in zip((1.0, 1.1, 1.2, 1.3), ("ddp", "zero1", "zero2", "zero3"))
+            for p, t in zip(PHASES, (3e-3, 4e-3, 0.5e-3))}
+
+
+def test_host_fit_recovers_host_seconds_per_block_from_host_bound_runs(topo):
+    from topowise.models.spec import load_model
+
+    host = host_truth()
+    truth = replace(default_profile(), host_s_per_layer=host)
+    recs = synthetic_train(topo, CAL_CASES, truth)
+    layers = lambda name: load_model(name).num_layers
+    for r in recs:  # what bench train's host phase times are where the GPU keeps up: the host's own cost
+        r["host_phase_s"] = {p: host[f"{r['strategy']}/{p}"] * layers(r["model"]) for p in PHASES}
+    start = replace(default_profile(), host_s_per_layer={})
+    obs = cal.observations_from(recs)
+    fitted, used = cal.fit_host(start, obs, cal.predictor(topo), layers, "synthetic")
+    assert fitted.host_s_per_layer == pytest.approx(host)
+    # every floor run (128 tokens) is host-bound; llama3.2-1b at 8192 tokens is not, so it is not used
+    assert {(o.model, o.strategy) for o in used if o.seq_len == cal.HOST_FLOOR_TOKENS} == {
+        (m, s) for m in ("qwen2.5-0.5b", "llama3.2-1b") for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert not [o for o in used if o.model == "llama3.2-1b" and o.seq_len == 8192]
+    assert "host-bound runs" in fitted.sources["host_s_per_layer.zero3/backward"]
+    # a GPU-bound run's host times include waiting for the GPU: they must not be used
+    assert all(cal.predictor(topo)(replace(start), o).step_time_s < cal.HOST_BOUND_FRACTION * o.step_time_s
+               for o in used)
+
+
+def test_measured_passes_set_hbm_efficiency_and_the_fit_finds_activation_traffic(topo):
+    from topowise import hardware
+
+    truth = replace(default_profile(), compute_efficiency=0.55, hbm_efficiency=0.7, activation_traffic=6.0,
+                    overlap=dict(TRUE["overlap"]), host_s_per_layer={})
+    sheet = hardware.hbm_bytes_per_s(H200)
+    recs = synthetic_train(topo, CAL_CASES, truth) + [
+        {"kind": "hbm_pass", "pass": "fused_adamw", "bytes_per_s": 0.68 * sheet},
+        {"kind": "hbm_pass", "pass": "cross_entropy", "bytes_per_s": 0.72 * sheet}]
+    start = replace(default_profile(), host_s_per_layer={}, activation_traffic=1.0, compute_efficiency=0.5)
+    profile, report = cal.fit_profile(recs, topo, "device=cuda; name=NVIDIA H200", where="t", base=start)
+    assert profile.hbm_efficiency == pytest.approx(0.70, abs=1e-4)  # measured, not fitted
+    assert "fused_adamw" in profile.sources["hbm_efficiency"] and "hbm_efficiency" not in report["step_time"]["values"]
+    assert profile.activation_traffic == pytest.approx(6.0, rel=1e-2)
+    assert profile.compute_efficiency == pytest.approx(0.55, abs=2e-3)
+
+
+def test_validation_summary_splits_gpu_bound_and_host_bound_cases():
+    gpu = row("ddp", 1.02, 1.0)
+    host = replace(row("zero3", 1.0, 1.25), breakdown={"host_wait_s": 0.3})
+    s = cal.summarize([gpu, host])
+    assert s["by_bound"]["gpu"] == {"cases": 1, "mean_abs_error": pytest.approx(0.02), "max_abs_error": pytest.approx(0.02)}
+    assert s["by_bound"]["host"]["cases"] == 1 and s["by_bound"]["host"]["max_abs_error"] == pytest.approx(0.2)
+
+
 # --- the case sets ---------------------------------------------------------------------------------
 def test_validation_cases_are_not_calibration_cases():
     for dev in ("cuda", "cpu"):

@@ -33,7 +33,8 @@ def test_profile_round_trip_and_partial_file(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"compute_efficiency": 0.4, "overlap": {"ddp": 0.5}, "fingerprint": "x"}))
     q = load_profile(path)
-    assert (q.compute_efficiency, q.overlap["ddp"], q.overlap["zero3"], q.fingerprint) == (0.4, 0.5, 0.8, "x")
+    assert (q.compute_efficiency, q.overlap["ddp"], q.fingerprint) == (0.4, 0.5, "x")
+    assert q.overlap["zero3"] == p.overlap["zero3"]  # not in the file: the default
     path.write_text(json.dumps({"bogus": 1}))
     with pytest.raises(UsageError, match="unknown profile field"):
         load_profile(path)
@@ -123,6 +124,32 @@ def test_step_adds_up_and_hsdp_default_group():
     assert predict(m, load_preset("h100-nvl-8"), (0, 2), "hsdp").shard_group_size == 2  # islands of 2
     with pytest.raises(UsageError, match="8 % 3 = 2"):
         predict(m, load_preset("h100-nvl-8"), tuple(range(8)), "hsdp", shard_group_size=3)
+
+
+def test_host_term_takes_the_longer_of_host_and_gpu_in_each_phase():
+    m = load_model("llama3.2-1b")
+    topo, gpus = load_preset("h200-x2"), (0, 1)
+    no_host = dataclasses.replace(default_profile(), host_s_per_layer={})
+    big = predict(m, topo, gpus, "zero3", seq_len=8192, profile=no_host)
+    t = big.time
+    assert (t.host_s, t.host_wait_s) == (0.0, 0.0)
+    assert big.step_time_s == pytest.approx(t.compute_s + t.memory_bound_s + t.optimizer_s + t.exposed_comm_s)
+    # 10 ms per block in every phase: at 128 tokens the GPU keeps up and the host sets each phase
+    slow = dataclasses.replace(no_host, host_s_per_layer={f"zero3/{p}": 0.010 for p in ("forward", "backward", "optimizer")})
+    tiny = predict(m, topo, gpus, "zero3", seq_len=128, profile=slow)
+    assert tiny.time.host_s == pytest.approx(3 * 0.010 * m.num_layers)
+    assert tiny.step_time_s == pytest.approx(tiny.time.host_s)
+    gpu_only = predict(m, topo, gpus, "zero3", seq_len=128, profile=no_host).step_time_s
+    assert tiny.time.host_wait_s == pytest.approx(tiny.step_time_s - gpu_only)
+    # hsdp runs zero3's code: it takes zero3's host cost when it has none of its own
+    assert predict(m, topo, gpus, "hsdp", seq_len=128, profile=slow).step_time_s == pytest.approx(tiny.step_time_s)
+    # phase by phase: a host slower than the GPU in the forward only adds the forward's difference
+    fwd_only = dataclasses.replace(no_host, host_s_per_layer={"zero3/forward": 0.010})
+    mixed = predict(m, topo, gpus, "zero3", seq_len=8192, profile=fwd_only)
+    assert big.step_time_s < mixed.step_time_s < big.step_time_s + mixed.time.host_s
+    assert mixed.time.host_wait_s == pytest.approx(mixed.step_time_s - big.step_time_s)
+    # strategies without a host cost of their own are GPU-bound
+    assert predict(m, topo, gpus, "ddp", seq_len=128, profile=slow).time.host_wait_s == 0.0
 
 
 def test_bad_inputs_are_usage_errors():

@@ -102,12 +102,16 @@ def render(p) -> None:
     time = Table(title="Step time", show_edge=False)
     time.add_column("part")
     time.add_column("ms", justify="right")
-    for name, value in (("compute", t.compute_s), ("memory-bound (loss, casts, copies)", t.memory_bound_s),
+    for name, value in (("compute", t.compute_s), ("memory-bound (loss, casts, copies, elementwise)", t.memory_bound_s),
                         ("optimizer step", t.optimizer_s), ("communication, all", t.comm_s),
-                        ("communication, exposed", t.exposed_comm_s)):
+                        ("communication, exposed", t.exposed_comm_s),
+                        ("host (Python) to issue the step", t.host_s), ("GPU waiting for the host", t.host_wait_s)):
         time.add_row(name, _ms(value))
     time.add_row("[bold]step[/]", f"[bold]{_ms(p.step_time_s)}[/]")
     console.print(time)
+    if t.host_wait_s > 0.05 * p.step_time_s:
+        console.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
+                      "(more tokens per step hide it; ddp issues less per block than FSDP)[/]")
     console.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}")
     if t.collectives:
         coll = Table(title="Collectives per step", show_edge=False)

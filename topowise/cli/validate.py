@@ -116,6 +116,11 @@ def render(result, where: str) -> None:
                   f"{abs_pct(s['step_time']['max_abs_error'])} ({s['step_time']['worst_case'] or '-'}); "
                   f"peak allocated memory: mean {abs_pct(s['peak_memory']['mean_abs_error'])}, max "
                   f"{abs_pct(s['peak_memory']['max_abs_error'])} ({s['peak_memory']['worst_case'] or '-'})")
+    for bound, words in (("gpu", "GPU-bound (no host wait predicted)"), ("host", "host-bound in some phase")):
+        b = s.get("by_bound", {}).get(bound)
+        if b and b["cases"]:
+            console.print(f"  {words}: {b['cases']} cases, step time mean abs error {abs_pct(b['mean_abs_error'])}, "
+                          f"max {abs_pct(b['max_abs_error'])}")
     for g in s["ranking"]:
         grp = g["group"]
         mark = "[green]ok[/]" if g["ok"] else "[red]MISS[/]"

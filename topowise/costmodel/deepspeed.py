@@ -199,8 +199,10 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
                       shard_group_size: int | None = None, profile=None, grad_accum_fp32: bool = False,
                       link_gbps: float | None = None):
     """A step.Prediction for DeepSpeed ZeRO: the PyTorch engine's compute and loss, DeepSpeed's
-    state, buffers and collectives. Buckets are sized to the group's link as the export sizes them."""
+    state, buffers and collectives. Buckets are sized to the group's link as the export sizes them.
+    DeepSpeed's host time per block has not been measured: no host term (GPU-bound)."""
     from topowise import hardware
+    from topowise.costmodel.memory import activation_bytes_per_token_per_layer
     from topowise.costmodel import step as S
     from topowise.costmodel.memory import fits
     from topowise.costmodel.profile import default_profile
@@ -227,6 +229,8 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
     tokens = micro_batch * seq_len
     hbm = hardware.hbm_bytes_per_s(wired.gpu_spec.name) * profile.hbm_efficiency
     copy_bytes = S.LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + deepspeed_copy_bytes(model, strategy, n)
+    # the blocks' elementwise work is the model's own (bf16 throughout under DeepSpeed)
+    copy_bytes += profile.activation_traffic * activation_bytes_per_token_per_layer(model) * tokens * model.num_layers
     memory_bound_s = copy_bytes / hbm
     optimizer_s = S.ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm
     overlap = profile.overlap.get(strategy, 0.0)
@@ -245,5 +249,6 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
     return replace(
         base, step_time_s=step, tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
         time=replace(t, comm_s=sum(c.time_s for c in collectives), exposed_comm_s=exposed,
-                     collectives=collectives, memory_bound_s=memory_bound_s, optimizer_s=optimizer_s),
+                     collectives=collectives, memory_bound_s=memory_bound_s, optimizer_s=optimizer_s,
+                     host_s=0.0, host_wait_s=0.0),
         memory=memory, fits=fits(memory, profile), mfu=model_flops / step, **extra)

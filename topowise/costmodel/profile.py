@@ -1,8 +1,10 @@
 """Profile: the cost model's tunable parameters, each with a default and where it came from.
 
 `calibrate` measures a machine and writes a Profile (JSON) whose `sources` say "calibrated: ...";
-until then every value below is derived from a measurement in the project's facts (the 2x H200
-machine, NCCL 2.28, nccl-tests, 2026-11-30) or is a stated guess, and `sources` says which.
+until then every value below comes from a measurement on the 2x H200 machine (NCCL 2.28, torch 2.11,
+2026-11-30): nccl-tests in the project's facts, our own bench comm, or `calibrate` run there
+(docs/results/2026-11-30-h200x2/run10) for the step-time parameters; memory values not measured are
+stated guesses, and `sources` says which.
 
 Communication defaults, derived in `_comm_defaults` (arithmetic shown there):
 - achieved fraction of line rate = busbw at 1 GiB / line rate of the link
@@ -83,21 +85,34 @@ _EFF, _LAT, _COMM_SOURCES = _comm_defaults()
 
 HOST_PHASES = ("forward", "backward", "optimizer")
 HOST_FALLBACK = {"hsdp": "zero3"}
-HOST_S_PER_LAYER: dict[str, float] = {}
+# Step-time defaults: `topowise calibrate` on the 2x H200 machine (host: 32-core Intel Xeon VM), torch
+# 2.11, 2026-11-30, docs/results/2026-11-30-h200x2/run10/profile.json; each source below says from what.
+H200_RUN = "calibrate on 2x H200 (docs/results/2026-11-30-h200x2/run10/profile.json)"
+H200_STEP_FIT = (f"{H200_RUN}: least squares of predicted vs measured step time over 10 GPU-bound runs "
+                 "(llama3.2-1b, qwen2.5-0.5b at 8192 tokens; ddp, zero1, zero2, zero3; NVLink and P2P off); "
+                 "rms error 2.3%, worst 4.8%")
+# host seconds per block, forward / backward / optimizer: bench train's host phase times of qwen2.5-0.5b
+# and llama3.2-1b at 128 tokens (GPU-bound share under half the step), median per block of the two
+HOST_S_PER_LAYER: dict[str, float] = {
+    "ddp/forward": 1.063e-3, "ddp/backward": 1.649e-3, "ddp/optimizer": 0.093e-3,
+    "zero1/forward": 0.768e-3, "zero1/backward": 1.461e-3, "zero1/optimizer": 0.345e-3,
+    "zero2/forward": 2.260e-3, "zero2/backward": 2.406e-3, "zero2/optimizer": 0.258e-3,
+    "zero3/forward": 2.187e-3, "zero3/backward": 2.742e-3, "zero3/optimizer": 0.347e-3,
+}
 
 _SOURCES = {
-    "compute_efficiency": (
-        "stated guess, to be calibrated: a bf16 8192^3 matmul reaches 790/989 = 0.80 of the H200 peak "
-        "(facts.md); a training step also runs attention, norms, SwiGLU, the fp32 loss and launches, "
-        "so 0.50 of peak is taken for hardware FLOPs"),
-    "hbm_efficiency": "stated guess, to be calibrated: streaming kernels reach ~0.8 of datasheet HBM bandwidth",
-    "overlap.ddp": ("stated guess, to be calibrated: DDP all-reduces buckets on a side stream during "
-                    "backward; NCCL kernels take SMs from compute, so 0.8 of the hideable time hides"),
-    "overlap.zero1": "as ddp (the same DDP does the gradient all-reduce)",
-    "overlap.zero2": ("stated guess, to be calibrated: FSDP2 prefetches the next unit's all-gather and "
-                      "reduce-scatters on separate streams; 0.8 hides"),
-    "overlap.zero3": "as zero2",
-    "overlap.hsdp": "as zero2 (the replica all-reduce runs on the reduce-scatter stream)",
+    "compute_efficiency": f"{H200_STEP_FIT} (the bf16 8192^3 matmul alone reaches 0.80 of the datasheet peak)",
+    "hbm_efficiency": (f"{H200_RUN}: the fused AdamW step (3352 GB/s) and the fp32 cross-entropy (3702 GB/s) "
+                       "timed alone, mean 3527 of the datasheet 4800 GB/s"),
+    "activation_traffic": f"{H200_STEP_FIT}",
+    "overlap.ddp": f"{H200_STEP_FIT} (at its bound: the bucket all-reduce hides entirely)",
+    "overlap.zero1": f"{H200_STEP_FIT} (at its bound)",
+    "overlap.zero2": H200_STEP_FIT,
+    "overlap.zero3": H200_STEP_FIT,
+    "overlap.hsdp": f"{H200_RUN}: no hsdp run; the same mechanism as zero3, its fitted value",
+    **{f"host_s_per_layer.{k}": (f"{H200_RUN}: median over qwen2.5-0.5b and llama3.2-1b at 128 tokens of bench "
+                                 "train's host seconds in the phase per block; a faster host has less")
+       for k in HOST_S_PER_LAYER},
     "allocator_slack": ("stated guess, to be calibrated: the caching allocator reserves ~5% above the "
                         "allocated peak (fragmentation, rounding to 2 MiB blocks)"),
     "cuda_context_bytes": ("typical, to be calibrated: CUDA context + cuBLAS/NCCL workspaces ~500 MiB per "
@@ -113,18 +128,19 @@ _SOURCES = {
 class Profile:
     """Tunable parameters; `sources[name]` says where each value came from."""
 
-    compute_efficiency: float = 0.50  # achieved / datasheet bf16 peak, on hardware FLOPs
-    hbm_efficiency: float = 0.80  # achieved / datasheet HBM bandwidth for the optimizer step
+    compute_efficiency: float = 0.6027  # achieved / datasheet bf16 peak, on hardware FLOPs
+    hbm_efficiency: float = 0.7348  # achieved / datasheet HBM bandwidth of the memory-bound passes
     comm_efficiency: dict = field(default_factory=lambda: dict(_EFF))  # "NV/all_reduce" -> busbw / line
     latency_s: dict = field(default_factory=lambda: dict(_LAT))  # "NV/all_reduce" -> alpha seconds
     overlap: dict = field(default_factory=lambda: {
-        "ddp": 0.8, "zero1": 0.8, "zero2": 0.8, "zero3": 0.8, "hsdp": 0.8})
+        "ddp": 1.0, "zero1": 1.0, "zero2": 0.8753, "zero3": 0.8746, "hsdp": 0.8746})
     allocator_slack: float = 0.05  # reserved above allocated, fraction of allocated
     cuda_context_bytes: int = 500 * MIB
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
-    activation_traffic: float = 0.0  # HBM bytes of elementwise work in the blocks per saved activation byte
+    # HBM-equivalent bytes of the elementwise work inside the blocks per byte they save for backward
+    activation_traffic: float = 11.17
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER))

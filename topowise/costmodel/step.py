@@ -259,8 +259,8 @@ def predict(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], strategy: s
               "backward": backward_s + (copy_bytes - fwd_bytes) / hbm + bwd_exposed,
               "optimizer": optimizer_s + opt_exposed}
     host = {p: profile.host_s(strategy, p) * model.num_layers for p in device}
-    device_s = compute_s + memory_bound_s + optimizer_s + exposed
-    step = device_s + sum(max(host[p] - device[p], 0.0) for p in device)
+    device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
+    step = sum(max(host[p], device[p]) for p in device)
 
     memory = estimate_memory(model, strategy, shard, micro_batch=micro_batch, seq_len=seq_len,
                              activation_checkpointing=activation_checkpointing,
