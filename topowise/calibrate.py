@@ -8,12 +8,16 @@ What each parameter is fitted from (the Profile's `sources` repeat it, with the 
 - comm_efficiency / latency_s per "LINK/op": weighted least squares of t = alpha + S f / (line e)
   over the size sweep of `bench comm` (f: the nccl-tests bus factor; weights 1/t, so each size
   counts by its relative error). NVLink from `--fabric nvlink`, PCIe from `--fabric pcie`.
-- compute_efficiency, hbm_efficiency and overlap per strategy: least squares (Levenberg-Marquardt on
-  relative errors)
-  of the cost model's step time (compute + memory-bound + optimizer + exposed communication) against
-  the measured median step time of a few training runs (two model sizes whose memory-bound share
-  differs tell compute from HBM time); an overlap no run could see (no hideable communication) keeps
-  its source's value and says so.
+- hbm_efficiency: the fused AdamW step and the fp32 loss timed alone (measure/passes.py), their mean
+  rate over the datasheet's.
+- host_s_per_layer: bench train's host seconds per phase / blocks, median over the host-bound runs
+  (the GPU's predicted work under half the step: the 128-token runs).
+- compute_efficiency, activation_traffic and overlap per strategy: least squares (Levenberg-Marquardt
+  on relative errors) of the cost model's step time against the measured median step time of the runs
+  the host does not dominate (two model sizes whose activation bytes per FLOP differ tell elementwise
+  traffic from compute); hbm_efficiency instead of activation_traffic where the passes were not
+  measured (CPU); an overlap no run could see (no hideable communication) keeps its source's value
+  and says so.
 - activation_scale: the same fit of the model's allocated bytes against torch.cuda.max_memory_allocated.
 - allocator_slack: the median of reserved / allocated - 1 over the same runs.
 - peak_flops (CPU only): the bf16 matrix product rate measured on each rank.
@@ -633,11 +637,9 @@ class Observation:
                     self.activation_checkpointing)
 
 
-# The cost model predicts a device-bound steady step. A run whose identical timed steps differ by more
-# than this (interquartile range / median) stalls (the GPU waits on the host or on the other rank),
-# which the model has no term for, so it is left out of the step-time fit. Source: the 2x H200
-# records of 2026-11-30 (43 runs): 39 spread 0.1-4.4%, the other 4 (zero3 with small blocks)
-# 6.7-13.7% (docs/calibration.md, "Findings from the 2x H200 records").
+# A run whose identical timed steps differ by more than this (interquartile range / median) is not in a
+# steady state: on the 2x H200 those were the host-bound FSDP2 runs of small models, whose steps spread
+# 5-25% while GPU-bound ones spread 0.1-2% (docs/calibration.md). The GPU-rate fit leaves them out.
 UNSTEADY_SPREAD = 0.05
 
 
@@ -731,7 +733,8 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable, la
 
 def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callable, where: str,
                   names: list[str] | None = None) -> tuple[Profile, ParamFit]:
-    """compute_efficiency, hbm_efficiency and each measured strategy's overlap from measured step times.
+    """The GPU-rate parameters (`names`; default compute_efficiency, hbm_efficiency and each measured
+    strategy's overlap) from measured step times.
 
     Runs whose timed steps spread more than UNSTEADY_SPREAD are left out (not a steady state); the
     sources name them."""
@@ -746,7 +749,7 @@ def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callabl
     fit = fit_parameters(profile, names, obs, lambda p, o: predict_one(p, o).step_time_s, lambda o: o.step_time_s)
     runs = _describe_runs(obs)
     if unsteady:
-        runs += (f"; left out, timed steps spread over {100 * UNSTEADY_SPREAD:g}% (stalled): "
+        runs += (f"; left out, timed steps spread over {100 * UNSTEADY_SPREAD:g}% (not steady): "
                  + ", ".join(f"{_case_words(o.case)} ({100 * o.step_spread:.1f}%)" for o in unsteady))
     src = dict(profile.sources)
     for name, value in fit.values.items():
@@ -812,7 +815,8 @@ def _datasheet_hbm(topo) -> float | None:
 def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "", base: Profile | None = None,
                 model_loader: Callable | None = None, fit_names: list[str] | None = None,
                 comm_min_bytes: int = 0) -> tuple[Profile, dict]:
-    """Every fit in order: comm, peak (CPU), step time, memory. Returns the profile and a report."""
+    """Every fit in order: comm, peak (CPU), HBM rate (passes), host, GPU rates, memory. Returns the
+    profile and a report."""
     profile = base or default_profile()
     gpus = tuple(topo.indices)
     fabrics = sorted({r.get("fabric", "nvlink") for r in records if r.get("kind") in ("collective", "train")})
@@ -851,10 +855,10 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         fit_names = ["compute_efficiency", "activation_traffic"] if passes and sheet_hbm else [
             "compute_efficiency", "hbm_efficiency"]
         fit_names += [f"overlap.{s}" for s in STRATEGY_ORDER]
-    obs = observations_from(records)
-    predict_one = predictor(topo, model_loader)
     from topowise.models.spec import load_model
 
+    obs = observations_from(records)
+    predict_one = predictor(topo, model_loader)
     load = model_loader or load_model
     profile, host_runs = fit_host(profile, obs, predict_one, lambda name: load(name).num_layers, where)
     # a run the host dominates says little about the GPU's rates: the host term describes it

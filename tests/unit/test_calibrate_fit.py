@@ -125,7 +125,7 @@ def test_host_stalled_run_is_left_out_of_the_step_time_fit(topo):
     assert fit.observations == len(recs) - 1
     assert fitted.compute_efficiency == pytest.approx(0.57, abs=2e-3)
     assert fitted.overlap["zero3"] == pytest.approx(TRUE["overlap"]["zero3"], abs=1e-2)
-    assert "(stalled)" in fitted.sources["compute_efficiency"] and stalled["model"] in fitted.sources["overlap.zero3"]
+    assert "(not steady)" in fitted.sources["compute_efficiency"] and stalled["model"] in fitted.sources["overlap.zero3"]
     # kept in, the same run drags the fit away from the truth (what the H200 records showed)
     steady_again = [replace(o, step_spread=0.0) for o in obs]
     dragged, dragged_fit = cal.fit_step_time(default_profile(), steady_again, cal.predictor(topo), "synthetic")

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fit the records of an earlier run in DIR; measure nothing")
     parser.add_argument("--fit", metavar="NAMES", default=None,
                         help="step-time parameters to fit, comma-separated (default: compute_efficiency, "
-                             "hbm_efficiency and overlap.S for each strategy measured); e.g. with --from-records")
+                             "activation_traffic (hbm_efficiency when the HBM passes were not measured) and "
+                             "overlap.S for each strategy measured); e.g. with --from-records")
     parser.add_argument("--no-cache", action="store_true",
                         help="do not write the profile to the cache predict/plan/study look in")
     parser.add_argument("--timeout", type=float, default=300.0,
@@ -57,7 +58,7 @@ def parse_fit_names(text: str | None) -> list[str] | None:
 
     if not text:
         return None
-    valid = ["compute_efficiency", "hbm_efficiency"] + [f"overlap.{s}" for s in STRATEGY_ORDER]
+    valid = ["compute_efficiency", "hbm_efficiency", "activation_traffic"] + [f"overlap.{s}" for s in STRATEGY_ORDER]
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in valid]
     if bad or not names:
@@ -149,8 +150,11 @@ def render(result) -> None:
         console.print(runs)
     for failed in rep.get("failed", []):
         console.print(f"[yellow]run not used: {failed}[/]")
+    if rep.get("host_bound"):
+        console.print("host seconds per block fitted from the host-bound runs (left out of the GPU-rate fit): "
+                      + ", ".join(rep["host_bound"]))
     for unsteady in rep.get("unsteady", []):
-        console.print(f"[yellow]run left out of the step-time fit (stalled, not a steady step): {unsteady}[/]")
+        console.print(f"[yellow]run left out of the step-time fit (timed steps not steady): {unsteady}[/]")
     for problem in rep.get("problems", []):
         console.print(f"[red]{problem}[/]")
     if result.elapsed_s is not None:

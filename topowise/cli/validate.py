@@ -128,8 +128,8 @@ def render(result, where: str) -> None:
                       f"first {g['predicted_first']}, measured fastest {g['measured_fastest']} "
                       f"({100 * g['slower_by']:.1f}% slower) {mark}")
     for u in s.get("unsteady", []):
-        console.print(f"[yellow]unsteady: {u['case']} (timed steps spread {100 * u['step_spread']:.1f}%: stalled, "
-                      f"not the steady step the model describes; error {_pct(u['step_error'])})[/]")
+        console.print(f"[yellow]unsteady: {u['case']} (timed steps spread {100 * u['step_spread']:.1f}%, not a "
+                      f"steady step; error {_pct(u['step_error'])})[/]")
     for failed in s["failed"]:
         console.print(f"[yellow]not compared: {failed}[/]")
     for problem in s.get("problems", []):
