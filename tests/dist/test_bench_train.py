@@ -68,6 +68,35 @@ def test_every_strategy_runs_and_losses_agree(tmp_path, capsys):
 
 
 @pytest.mark.dist
+def test_profile_diagnostic_writes_each_ranks_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TOPOWISE_BENCH_PROFILE", str(tmp_path / "prof"))
+    status, doc = run_json(["--strategies", "zero3"], capsys)
+    assert status == 0 and doc["records"][0]["status"] == "ok"
+    for rank in (0, 1):
+        table = (tmp_path / "prof" / f"rank{rank}.txt").read_text()
+        assert "Self CPU" in table and "FSDP::" in table  # FSDP2's hooks, timed on the host
+
+
+def test_timed_steps_turn_automatic_gc_off_during_the_steps_only(monkeypatch):
+    import gc
+
+    import torch
+
+    seen = []
+
+    def one_step(step):
+        seen.append(gc.isenabled())
+        return torch.zeros(())
+
+    monkeypatch.delenv("TOPOWISE_BENCH_GC", raising=False)
+    times, losses = train.timed_steps(3, one_step, cuda=False)
+    assert seen == [False] * 3 and len(times) == len(losses) == 3 and gc.isenabled()
+    monkeypatch.setenv("TOPOWISE_BENCH_GC", "on")
+    train.timed_steps(1, one_step, cuda=False)
+    assert seen[-1] is True
+
+
+@pytest.mark.dist
 def test_oom_error_crash_and_divergence_are_recorded_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
     # hsdp runs but never steps its optimizer: the loss check must name it
     monkeypatch.setenv(train.FAIL_ENV, "zero1:oom,zero2:error,zero3:crash,hsdp:diverge")

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from topowise.costmodel.profile import HOST_PHASES  # forward, backward, optimizer: the cost model's phases
 from topowise.errors import UsageError
 from topowise.measure import launcher
 from topowise.models.spec import ModelSpec, load_model
@@ -298,9 +299,6 @@ def _train(case: TrainCase, rank) -> dict:
     times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks)
     layout["host_phase_s"] = host_phases(host[case.warmup:], rank)
     return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks)
-
-
-HOST_PHASES = ("forward", "backward", "optimizer")
 
 
 def host_phases(per_step: list[tuple[float, float, float]], rank) -> dict[str, float]:
