@@ -803,15 +803,6 @@ def _describe_runs(obs: list[Observation]) -> str:
     return f"{len(obs)} runs ({', '.join(models)}; {', '.join(strategies)}; {', '.join(fabrics)})"
 
 
-def _datasheet_hbm(topo) -> float | None:
-    from topowise import hardware
-
-    try:
-        return hardware.hbm_bytes_per_s(topo.gpu_spec.name) or None
-    except Exception:  # noqa: BLE001 - a CPU or an unknown part: no datasheet rate
-        return None
-
-
 def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "", base: Profile | None = None,
                 model_loader: Callable | None = None, fit_names: list[str] | None = None,
                 comm_min_bytes: int = 0) -> tuple[Profile, dict]:
@@ -839,9 +830,11 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
                                  f"{matmul[0].get('n', '?')}^3 matrix product measured {rate / 1e12:.0f} TFLOP/s "
                                  f"({rate / sheet:.2f} of it) during calibration ({where})")
         profile = replace(profile, sources=src)
-    passes = [r for r in records if r.get("kind") == "hbm_pass" and r.get("bytes_per_s")]
-    sheet_hbm = _datasheet_hbm(topo)
-    if passes and sheet_hbm:
+    passes = [r for r in records if r.get("kind") == "hbm_pass" and r.get("bytes_per_s")]  # GPU runs only
+    if passes:
+        from topowise import hardware
+
+        sheet_hbm = hardware.hbm_bytes_per_s(topo.gpu_spec.name)
         rate = statistics.mean(r["bytes_per_s"] for r in passes)
         src = dict(profile.sources)
         src["hbm_efficiency"] = (f"calibrated ({where}): the memory-bound passes timed alone, mean "
@@ -852,7 +845,7 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
     if fit_names is None:
         # with the HBM rate measured, the step times fit the elementwise traffic instead (the two trade
         # off against each other and against compute_efficiency when all are fitted together)
-        fit_names = ["compute_efficiency", "activation_traffic"] if passes and sheet_hbm else [
+        fit_names = ["compute_efficiency", "activation_traffic"] if passes else [
             "compute_efficiency", "hbm_efficiency"]
         fit_names += [f"overlap.{s}" for s in STRATEGY_ORDER]
     from topowise.models.spec import load_model

@@ -51,7 +51,7 @@ import math
 from dataclasses import replace
 
 from topowise.costmodel import comm as C
-from topowise.costmodel.memory import (MemoryBreakdown, activation_bytes_per_token_per_layer,
+from topowise.costmodel.memory import (MemoryBreakdown, activation_bytes_per_token_per_layer, breakdown_at_peak,
                                        block_backward_temp_bytes_per_token, block_input_bytes_per_token,
                                        head_bytes_per_token, logits_bytes_per_token, rope_bytes)
 from topowise.errors import UsageError
@@ -172,20 +172,7 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
         "block backward": ((grads_start + grads_full) / 2, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "optimizer step": (grads_full, 0.0, 0.0, {**base, **step_fp32}),
     }
-    totals = {k: params + optimizer + g + a + lg + sum(b.values()) for k, (g, a, lg, b) in phases.items()}
-    phase = max(totals, key=totals.get)
-    grads_b, acts_b, logits_b, buffers = phases[phase]
-    allocated = totals[phase]
-    slack = profile.allocator_slack * allocated
-    overhead = slack + profile.cuda_context_bytes
-    return MemoryBreakdown(
-        peak_bytes=int(allocated + overhead), params_bytes=int(params), grads_bytes=int(grads_b),
-        optimizer_bytes=int(optimizer), activations_bytes=int(acts_b), logits_bytes=int(logits_b),
-        buffers_bytes=int(sum(buffers.values())), overhead_bytes=int(overhead),
-        gpu_memory_bytes=int(gpu_memory_bytes), allocated_bytes=int(allocated),
-        cuda_context_bytes=int(profile.cuda_context_bytes), allocator_slack_bytes=int(slack), peak_phase=phase,
-        buffers={k: int(x) for k, x in buffers.items()},
-    )
+    return breakdown_at_peak(phases, params, optimizer, gpu_memory_bytes, profile)
 
 
 def deepspeed_copy_bytes(model, strategy: str, n: int) -> float:
@@ -202,7 +189,6 @@ def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1,
     state, buffers and collectives. Buckets are sized to the group's link as the export sizes them.
     DeepSpeed's host time per block has not been measured: no host term (GPU-bound)."""
     from topowise import hardware
-    from topowise.costmodel.memory import activation_bytes_per_token_per_layer
     from topowise.costmodel import step as S
     from topowise.costmodel.memory import fits
     from topowise.costmodel.profile import default_profile

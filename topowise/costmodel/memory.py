@@ -224,20 +224,28 @@ def estimate_memory(model: ModelSpec, strategy: str, shard_size: int, *, micro_b
                            {**base, **block_grad}),
         "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
     }
-    totals = {k: params_b + opt_b + g + a + l + sum(b.values()) for k, (g, a, l, b) in phases.items()}
+    return breakdown_at_peak(phases, params_b, opt_b, gpu_memory_bytes, profile,
+                             first_steps_extra=full_grads if autocast else 0.0)
+
+
+def breakdown_at_peak(phases: dict, params: float, optimizer: float, gpu_memory_bytes: float, profile: Profile,
+                      first_steps_extra: float = 0.0) -> MemoryBreakdown:
+    """The breakdown at the largest of the `phases` (name -> (grads, activations, logits, {buffer: bytes}),
+    each beside `params` and `optimizer`), with the allocator slack and CUDA context on top."""
+    totals = {k: params + optimizer + g + a + lg + sum(b.values()) for k, (g, a, lg, b) in phases.items()}
     phase = max(totals, key=totals.get)
     grads_b, acts_b, logits_b, buffers = phases[phase]
     allocated = totals[phase]
     slack = profile.allocator_slack * allocated
     overhead = slack + profile.cuda_context_bytes
     return MemoryBreakdown(
-        peak_bytes=int(allocated + overhead + (full_grads if autocast else 0)), params_bytes=int(params_b), grads_bytes=int(grads_b),
-        optimizer_bytes=int(opt_b), activations_bytes=int(acts_b), logits_bytes=int(logits_b),
+        peak_bytes=int(allocated + overhead + first_steps_extra), params_bytes=int(params), grads_bytes=int(grads_b),
+        optimizer_bytes=int(optimizer), activations_bytes=int(acts_b), logits_bytes=int(logits_b),
         buffers_bytes=int(sum(buffers.values())), overhead_bytes=int(overhead),
         gpu_memory_bytes=int(gpu_memory_bytes), allocated_bytes=int(allocated),
         cuda_context_bytes=int(profile.cuda_context_bytes), allocator_slack_bytes=int(slack), peak_phase=phase,
         buffers={k: int(x) for k, x in buffers.items()},
-        first_steps_extra_bytes=int(full_grads) if autocast else 0,
+        first_steps_extra_bytes=int(first_steps_extra),
     )
 
 
