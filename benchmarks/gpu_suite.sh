@@ -41,9 +41,15 @@ for stage in "$@"; do
     hostgc)  # the host floors with and without Python's automatic garbage collection in the step loop
       T 200 python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcoff" > "$R/host-gcoff.txt" 2>&1
       T 200 env TOPOWISE_BENCH_GC=on python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcon" > "$R/host-gcon.txt" 2>&1 ;;
-    trace)  # where does the host spend (or wait out) a host-bound FSDP2 step? torch.profiler tables per rank
-      for c in "zero3 2 4096" "zero3 1 128" "zero2 2 4096"; do set -- $c
-        T 120 env TOPOWISE_BENCH_PROFILE="$R/trace-$1-mb$2-seq$3" python3 -m topowise bench train --model qwen2.5-0.5b --strategies $1 --micro-batch $2 --seq-len $3 --steps 5 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
+    trace)  # where does a step's time go? profiler timelines per rank, read phase by phase (benchmarks/timeline.py)
+      { command -v nsys; ls /usr/local/cuda/bin; } > "$R/tools.txt" 2>&1
+      for c in "qwen2.5-0.5b zero3 2 4096" "qwen2.5-0.5b zero2 2 4096" "qwen2.5-0.5b ddp 2 4096" "qwen2.5-0.5b zero3 1 128" \
+               "llama3.2-1b zero3 2 2048" "llama3.2-1b zero2 2 2048"; do set -- $c
+        d="$R/trace-$1-$2-mb$3-seq$4"
+        T 120 env TOPOWISE_BENCH_PROFILE="$d" python3 -m topowise bench train --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
+        T 60 python3 benchmarks/timeline.py "$d"/rank*.trace.json.gz --json "$d/timeline.json" >> "$R/timeline.txt" 2>&1
+        mv -f "$d"/rank0.trace.json.gz "$OUT/trace-$1-$2-mb$3-seq$4.rank0.json.gz" 2>/dev/null  # rank 0 timeline beside the tarball
+        rm -f "$d"/rank*.trace.json.gz  # large; timeline.json keeps what was read from them
       done ;;
     study)
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;

@@ -4,6 +4,7 @@ Every strategy is a real torchrun launch (a few seconds each on two cores); the 
 near a minute.
 """
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -67,6 +68,11 @@ def test_every_strategy_runs_and_losses_agree(tmp_path, capsys):
     assert all(DESIGN_KEYS <= set(r) for r in rows)
 
 
+def timeline_events(path):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
 @pytest.mark.dist
 def test_profile_diagnostic_writes_each_ranks_table(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TOPOWISE_BENCH_PROFILE", str(tmp_path / "prof"))
@@ -75,6 +81,9 @@ def test_profile_diagnostic_writes_each_ranks_table(tmp_path, capsys, monkeypatc
     for rank in (0, 1):
         table = (tmp_path / "prof" / f"rank{rank}.txt").read_text()
         assert "Self CPU" in table and "FSDP::" in table  # FSDP2's hooks, timed on the host
+        trace = tmp_path / "prof" / f"rank{rank}.trace.json.gz"
+        names = {e["name"] for e in timeline_events(trace)}
+        assert {"topowise.forward", "topowise.backward", "topowise.optimizer", "topowise.step.0"} <= names
 
 
 def test_timed_steps_turn_automatic_gc_off_during_the_steps_only(monkeypatch):

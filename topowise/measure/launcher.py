@@ -56,6 +56,30 @@ def _env_from_slurm() -> None:
         raise UsageError("inside srun, export MASTER_ADDR (the first node's hostname) before topowise bench")
 
 
+def cores_for_local_rank(cpus: list[int], local_rank: int, local_world_size: int) -> list[int]:
+    """This rank's equal, disjoint slice of the CPUs the job may use (the leftover go to no one)."""
+    per = len(cpus) // max(local_world_size, 1)
+    if per == 0:
+        return cpus  # fewer CPUs than ranks: nothing to split
+    return cpus[local_rank * per:(local_rank + 1) * per]
+
+
+def pin_to_cores() -> list[int] | None:
+    """With TOPOWISE_BENCH_PIN=1: every thread of this rank onto its own slice of the CPUs, so the
+    ranks' Python threads neither share a core nor migrate across the machine. Threads made later
+    (NCCL's, autograd's) inherit it. Returns the cores, or None where pinning is off or unsupported."""
+    if os.environ.get("TOPOWISE_BENCH_PIN") != "1" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = cores_for_local_rank(sorted(os.sched_getaffinity(0)), int(os.environ.get("LOCAL_RANK", "0")),
+                                 int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return cores
+
+
 def init_distributed(backend: str, timeout_s: float = 300.0) -> Rank:
     """Join the process group torchrun (or srun) described in the environment."""
     import torch

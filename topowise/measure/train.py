@@ -188,6 +188,7 @@ def run_case(config: dict) -> dict | None:
 
     case = TrainCase.from_dict(config["case"])
     _inject_before_join(injected_failure(case.strategy), Path(config["result_dir"]))
+    launcher.pin_to_cores()
     rank = launcher.init_distributed("nccl" if case.device == "cuda" else "gloo",
                                      timeout_s=float(config.get("timeout_s", 600)))
     result_dir = Path(config["result_dir"])
@@ -279,19 +280,25 @@ def _train(case: TrainCase, rank) -> dict:
 
     host: list[tuple[float, float, float]] = []  # per step: host seconds in forward, backward, optimizer
 
+    # Named ranges for the profiler's timeline (TOPOWISE_BENCH_PROFILE); a flag check when it is off.
+    from torch.profiler import record_function
+
     def one_step(step: int):
         t0 = time.perf_counter()
-        with autocast:
-            logits = wrapped(inputs[step])
-        # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
-        del logits
+        with record_function("topowise.forward"):
+            with autocast:
+                logits = wrapped(inputs[step])
+            # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
+            del logits
         t1 = time.perf_counter()
-        loss.backward()
+        with record_function("topowise.backward"):
+            loss.backward()
         t2 = time.perf_counter()
-        if fail != "diverge":
-            optimizer.step()
-        wrapped.zero_grad(set_to_none=True)
+        with record_function("topowise.optimizer"):
+            if fail != "diverge":
+                optimizer.step()
+            wrapped.zero_grad(set_to_none=True)
         host.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
         return loss
 
@@ -344,15 +351,29 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
 
 def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch):
     """TOPOWISE_BENCH_PROFILE=DIR (a diagnostic): the steps under torch.profiler; each rank writes its
-    operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)."""
-    from torch.profiler import ProfilerActivity, profile
+    operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)
+    and the timeline of host calls and GPU kernels to DIR/rank<R>.trace.json.gz
+    (benchmarks/timeline.py says, phase by phase, whether the GPU waited for the host or for NCCL)."""
+    import gzip
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    def annotated_step(step: int):
+        with record_function(f"topowise.step.{step}"):
+            return one_step(step)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        result = _timed_steps(total, one_step, cuda, peaks, torch)
-    path = Path(trace_dir) / f"rank{os.environ.get('RANK', '0')}.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60))
+        result = _timed_steps(total, annotated_step, cuda, peaks, torch)
+    base = Path(trace_dir) / f"rank{os.environ.get('RANK', '0')}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.with_suffix(".txt").write_text(
+        prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60))
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as src, gzip.open(base.with_suffix(".trace.json.gz"), "wb") as dst:
+            dst.write(src.read())
     return result
 
 

@@ -1,0 +1,48 @@
+"""TOPOWISE_BENCH_PIN: each local rank on its own equal, disjoint slice of the allowed CPUs."""
+
+import os
+import threading
+
+import pytest
+
+from topowise.measure.launcher import cores_for_local_rank, pin_to_cores
+
+
+def test_slices_are_equal_and_disjoint():
+    cpus = list(range(32))
+    slices = [cores_for_local_rank(cpus, r, 2) for r in range(2)]
+    assert slices == [list(range(16)), list(range(16, 32))]
+    three = [cores_for_local_rank(list(range(8)), r, 3) for r in range(3)]
+    assert three == [[0, 1], [2, 3], [4, 5]]  # 6 and 7 left to no one
+    assert cores_for_local_rank([0], 1, 2) == [0]  # fewer CPUs than ranks: unchanged
+
+
+def test_off_unless_asked(monkeypatch):
+    monkeypatch.delenv("TOPOWISE_BENCH_PIN", raising=False)
+    assert pin_to_cores() is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux affinity and two CPUs")
+def test_pins_every_thread_of_the_process(monkeypatch):
+    before = os.sched_getaffinity(0)
+    allowed = sorted(before)
+    monkeypatch.setenv("TOPOWISE_BENCH_PIN", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        cores = pin_to_cores()
+        assert cores == allowed[len(allowed) // 2:]
+        assert os.sched_getaffinity(0) == set(cores)
+        assert os.sched_getaffinity(other.native_id) == set(cores)  # a thread made before the call too
+    finally:
+        stop.set()
+        other.join()
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), before)
+            except OSError:
+                pass
