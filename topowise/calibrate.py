@@ -105,7 +105,6 @@ class Plan:
     comm_iters: int = 20
     comm_warmup: int = 5
     fit_min_bytes: int = 0  # the alpha-beta fit uses sizes from here up (all are recorded)
-    floor_steps: int = 0  # timed steps of the HOST_FLOOR_TOKENS runs (0: `steps`)
     # memory-bound passes timed alone (measure/passes.py): fused AdamW over this model's parameter
     # shapes, and the fp32 loss over (vocabulary, tokens) logits; None: not measured (CPU)
     hbm_passes: tuple[str, int, int] | None = None
@@ -119,11 +118,6 @@ def _grid(models: Iterable[tuple[str, int, int, tuple[str, ...]]], fabrics: Iter
 # does. At 128 tokens the GPU keeps up and bench train's host phase times are the host's own cost
 # (benchmarks/host_bound.py: on 2x H200 every strategy of 0.5B-1B models is host-bound there).
 HOST_FLOOR_TOKENS = 128
-# Timed steps wherever the host may set the step. A shared VM's host speed drifts over seconds: on
-# 2x H200, qwen2.5-0.5b zero3's steps wandered 116-158 ms over 20 steps (2.6 s) and the medians of
-# 6-step windows of that run ranged 123-142 ms (docs/results/2026-11-30-h200x2/run14/ref.jsonl).
-# 20 steps span such a swing; 5-6 sample a part of it.
-HOST_STEPS = 20
 
 # GPU calibration (about three minutes on 2x H200): the comm sweep 1 MiB..1 GiB on the four ops the
 # strategies issue, per fabric; two model sizes at 8192 tokens (long enough that the GPU, not the host,
@@ -140,17 +134,16 @@ GPU_CALIBRATION = Plan(
                  ("llama3.2-1b", 1, 8192, ("ddp", "zero1", "zero2", "zero3"))], ("nvlink", "pcie"))
     + _grid([(m, 1, HOST_FLOOR_TOKENS, ("ddp", "zero1", "zero2", "zero3")) for m in ("qwen2.5-0.5b", "llama3.2-1b")],
             ("nvlink",)),
-    warmup=3, steps=5, floor_steps=HOST_STEPS, hbm_passes=("llama3.2-1b", 128256, 8192))
+    warmup=3, steps=5, hbm_passes=("llama3.2-1b", 128256, 8192))
 
-# GPU validation (about three and a half minutes): a model size calibration never ran (3B), a
-# micro-batch it never ran (2) and a sequence length it never ran (2048); both fabrics; every strategy.
-# HOST_STEPS timed steps: some of these cases are host-bound.
+# GPU validation (about three minutes): a model size calibration never ran (3B), a micro-batch it never
+# ran (2) and a sequence length it never ran (2048); both fabrics; every strategy.
 GPU_VALIDATION = Plan(
     device="cuda", fabrics=("nvlink", "pcie"), comm_ops=(), comm_sizes=(),
     cases=_grid([("llama3.2-3b", 1, 4096, STRATEGY_ORDER),
                  ("qwen2.5-0.5b", 2, 4096, ("ddp", "zero1", "zero2", "zero3"))], ("nvlink", "pcie"))
     + _grid([("llama3.2-1b", 2, 2048, ("ddp", "zero2", "zero3"))], ("nvlink",)),
-    warmup=3, steps=HOST_STEPS)
+    warmup=3, steps=6)
 
 # CPU (gloo): the same pipeline, small enough for the tests (seconds of measuring).
 CPU_CALIBRATION = Plan(
@@ -917,11 +910,6 @@ def measure(plan: Plan, nproc: int, records_dir: Path, *, timeout_s: float = 600
     return problems
 
 
-def steps_of(plan: Plan, case: Case) -> int:
-    """Timed steps of one case: the host-floor runs may take more (Plan.floor_steps)."""
-    return plan.floor_steps if plan.floor_steps and case.seq_len == HOST_FLOOR_TOKENS else plan.steps
-
-
 def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_dir: Path, backend: str,
                 timeout_s: float) -> dict:
     """The plain-JSON config every rank gets (a pure function)."""
@@ -933,7 +921,7 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
     # one bench-train request per case, so that the rank can check between cases that the last one
     # left no memory behind (it would count in the next one's max_memory_allocated)
     train = [{"model": c.model, "strategies": c.strategy, "micro_batch": c.micro_batch, "seq_len": c.seq_len,
-              "steps": steps_of(plan, c), "warmup": plan.warmup, "activation_checkpointing": c.activation_checkpointing,
+              "steps": plan.steps, "warmup": plan.warmup, "activation_checkpointing": c.activation_checkpointing,
               "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
               "out": str(records_dir / RECORD_FILES["train"])} for c in cases]
     passes = None

@@ -281,14 +281,6 @@ def test_rank_config_groups_strategies_per_shape(tmp_path):
     assert cfg["comm"]["fabric"] == "pcie" and cfg["comm"]["sizes"][0] == 2**20 and cfg["comm"]["sizes"][-1] == 2**30
 
 
-def test_host_floor_runs_take_more_timed_steps(tmp_path):
-    plan = cal.GPU_CALIBRATION
-    cfg = cal.rank_config(plan, "nvlink", [c for c in plan.cases if c.fabric == "nvlink"], 2, tmp_path, "nccl", 600)
-    steps = {(t["seq_len"], t["steps"]) for t in cfg["train"]}
-    assert steps == {(8192, plan.steps), (cal.HOST_FLOOR_TOKENS, cal.HOST_STEPS)}
-    assert cal.steps_of(cal.CPU_CALIBRATION, cal.CPU_CALIBRATION.cases[0]) == cal.CPU_CALIBRATION.steps
-
-
 # --- validation summary ------------------------------------------------------------------------------
 def row(strategy, pred, meas, fabric="nvlink", mem=(1.0, 1.0)):
     return cal.ValidationRow(cal.Case("m", strategy, 1, 4096, fabric), "ok", meas, pred, mem[1], mem[0], None, None, 2)
