@@ -221,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"timeline: no such file: {path}", file=sys.stderr)
             return 2
-        steps = step_phases(load_events(path), args.skip)
+        try:
+            events = load_events(path)
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+            print(f"timeline: {path} is not a profiler trace ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        steps = step_phases(events, args.skip)
         print(f"{path}: {len(steps)} steps, medians in ms")
         print(format_rows(median_rows(steps)))
         report[str(path)] = [[asdict(r) for r in s] for s in steps]

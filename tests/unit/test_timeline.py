@@ -83,3 +83,6 @@ def test_cli_reads_a_gzipped_trace_and_refuses_a_missing_one(tmp_path, capsys):
     assert "forward" in capsys.readouterr().out
     assert len(json.loads((tmp_path / "t.json").read_text())[str(path)]) == 1
     assert timeline.main([str(tmp_path / "missing.json.gz")]) == 2
+    (tmp_path / "bad.json").write_text("{not json")
+    assert timeline.main([str(tmp_path / "bad.json")]) == 2
+    assert "not a profiler trace" in capsys.readouterr().err
