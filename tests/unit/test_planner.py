@@ -121,6 +121,18 @@ def test_why_draws_on_the_numbers():
     assert f"{ratio}% of the throughput" in second.why
 
 
+def test_why_names_the_host_where_the_gpu_waits_for_it():
+    # qwen2.5-0.5b on two H200s: the default profile's host term makes zero3 wait for Python (FSDP2's
+    # per-block hooks cost the host about twice DDP's), while ddp's step is the GPU's
+    result = plan(load_model("qwen2.5-0.5b"), load_preset("h200-x2"), num_gpus=2, micro_batches=(2,))
+    by = {p.strategy: p for p in result.plans if len(p.gpus) == 2}
+    zero3, ddp = by["zero3"], by["ddp"]
+    wait = zero3.prediction.time.host_wait_s / zero3.prediction.step_time_s
+    assert ddp.prediction.time.host_wait_s == 0 and wait >= 0.03
+    assert f"the GPU waits {round(100 * wait)}% of its step for the host" in zero3.why
+    assert "for the host" not in ddp.why
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"num_gpus": 9}, "has 8 GPUs"), ({"num_gpus": 0}, "has 8 GPUs"), ({"micro_batches": (0,)}, "micro-batch"),
     ({"seq_len": 0}, "sequence length"), ({"top": 0}, "--top"), ({"fabric": "ib"}, "fabric"),

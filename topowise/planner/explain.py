@@ -1,7 +1,7 @@
 """Why this plan, why not that one: sentences drawn from the predicted numbers.
 
 Nothing here decides; it reads Predictions (step time, exposed communication, the slowest
-collective's link and bandwidth, peak memory) and says what they show.
+collective's link and bandwidth, the GPU's wait for the host, peak memory) and says what they show.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ GIB = 1024**3
 LINK_NAMES = {"NV": "NVLink", "PCIe": "PCIe", "local": "local memory", "NET": "the network between nodes"}
 OP_NAMES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce",
             "broadcast": "broadcast"}
-NOTABLE_EXPOSED = 0.03  # below 3% of the step, communication is not worth a sentence
+NOTABLE_EXPOSED = 0.03  # below 3% of the step, communication (or the host's share) is not worth a sentence
 
 
 # --- words for numbers ---------------------------------------------------------------------------
@@ -78,11 +78,26 @@ def comm_phrase(pred) -> str:
     return f"{pct(frac)} of the step waits on communication, mostly {where}"
 
 
+def host_fraction(pred) -> float:
+    """The share of the step the GPU waits for the host to issue work (costmodel/step.py)."""
+    return pred.time.host_wait_s / pred.step_time_s if pred.step_time_s > 0 else 0.0
+
+
+def host_phrase(pred, whose: str = "the") -> str | None:
+    """"the GPU waits 17% of the step for the host to issue it (Python, per-block hooks)", or None."""
+    frac = host_fraction(pred)
+    if frac < NOTABLE_EXPOSED:
+        return None
+    return f"the GPU waits {pct(frac)} of {whose} step for the host to issue it (Python, per-block hooks)"
+
+
 def facts(p) -> str:
     pred = p.prediction
     ac = ", activation checkpointing" if p.activation_checkpointing else ""
+    host = host_phrase(pred)
     return (f"{pred.tokens_per_s:,.0f} tokens/s at micro-batch {p.micro_batch}{ac}; {comm_phrase(pred)}; "
-            f"peak {pred.memory.peak_bytes / GIB:.1f} of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB")
+            + (f"{host}; " if host else "")
+            + f"peak {pred.memory.peak_bytes / GIB:.1f} of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB")
 
 
 def contrast(fast, slow) -> str:
@@ -99,6 +114,8 @@ def contrast(fast, slow) -> str:
         if kept:
             text += f"; {plan_label(fast)} keeps the {' and '.join(kept)} on NVLink"
         parts.append(text)
+    if host_fraction(b) - host_fraction(a) >= NOTABLE_EXPOSED:
+        parts.append(f"{plan_label(slow)}: {host_phrase(b, 'its')}")
     if slow.activation_checkpointing and not fast.activation_checkpointing:
         parts.append("it recomputes activations in backward")
     if slow.micro_batch < fast.micro_batch:
