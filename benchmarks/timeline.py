@@ -137,12 +137,12 @@ def phase_of(k: Kernel, phases: dict[str, list[Interval]]) -> str | None:
     return None
 
 
-def idle_split(window: Interval, compute: list[Kernel], nccl: list[Interval]) -> tuple[float, float, float, float]:
+def idle_split(window: Interval, compute: list[Kernel], starts: list[float],
+               nccl: list[Interval]) -> tuple[float, float, float, float]:
     """Compute busy time in the window and its idle time split into host / comm / other.
-    `compute` is sorted by start."""
+    `compute` is sorted by start; `starts` are their start times."""
     busy = union([Interval(max(k.start, window.start), min(k.end, window.end))
                   for k in compute if k.end > window.start and k.start < window.end])
-    starts = [k.start for k in compute]
     host = comm = other = 0.0
     cursor = window.start
     for iv in busy + [Interval(window.end, window.end)]:
@@ -174,12 +174,13 @@ def step_phases(events: list[dict], skip: int) -> list[list[PhaseTime]]:
     order = [(n, p) for n in sorted(steps) for p in PHASES if (n, p) in by_phase]
     firsts = [min(k.start for k in by_phase[key]) for key in order]
     compute = [k for k in ks if not k.nccl]
+    starts = [k.start for k in compute]
     out: dict[int, list[PhaseTime]] = {}
     for i, (n, p) in enumerate(order):
         if n < skip or i + 1 >= len(order):
             continue  # warm-up steps; the last phase has no next start to end its window
         window = Interval(firsts[i], firsts[i + 1])
-        busy, h, c, o = idle_split(window, compute, nccl)
+        busy, h, c, o = idle_split(window, compute, starts, nccl)
         host_iv = next(iv for iv in phases[p] if steps[n].start <= iv.start < steps[n].end)
         leads = [k.start - k.launch_start for k in by_phase[(n, p)] if not k.nccl and k.launch_start is not None]
         row = PhaseTime(p, (host_iv.end - host_iv.start) / 1e3,

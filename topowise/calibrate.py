@@ -51,6 +51,7 @@ from topowise.costmodel.profile import HOST_PHASES
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile, load_profile
 from topowise.errors import UsageError
+from topowise.measure.records import relative_error
 
 GIB = 1024**3
 MIB = 1024**2
@@ -1157,11 +1158,11 @@ class ValidationRow:
 
     @property
     def step_error(self) -> float | None:
-        return _rel(self.predicted_step_s, self.measured_step_s)
+        return relative_error(self.predicted_step_s, self.measured_step_s)
 
     @property
     def memory_error(self) -> float | None:
-        return _rel(self.predicted_alloc, self.measured_alloc)
+        return relative_error(self.predicted_alloc, self.measured_alloc)
 
     def to_record(self, fingerprint: str) -> dict:
         return {"kind": "validation", **asdict(self.case), "world_size": self.world_size, "status": self.status,
@@ -1171,10 +1172,6 @@ class ValidationRow:
                               "peak_bytes": self.predicted_peak, **self.breakdown},
                 "step_time_error": self.step_error, "peak_memory_error": self.memory_error,
                 "profile_fingerprint": fingerprint}
-
-
-def _rel(pred, meas):
-    return None if pred is None or not meas else (pred - meas) / meas
 
 
 def compare(records: list[dict], profile: Profile, topo, model_loader: Callable | None = None) -> list[ValidationRow]:

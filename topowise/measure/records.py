@@ -64,6 +64,13 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> None:
         append_record(path, rec)
 
 
+def relative_error(predicted: float | None, measured: float | None) -> float | None:
+    """predicted / measured - 1, the error every record and table reports; None without both."""
+    if predicted is None or not measured:
+        return None
+    return (predicted - measured) / measured
+
+
 def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as fh:
         fh.seek(-1, os.SEEK_END)

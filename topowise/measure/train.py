@@ -34,6 +34,7 @@ from typing import Callable
 from topowise.costmodel.profile import HOST_PHASES  # forward, backward, optimizer: the cost model's phases
 from topowise.errors import UsageError
 from topowise.measure import launcher
+from topowise.measure.records import relative_error
 from topowise.models.spec import ModelSpec, load_model
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
@@ -354,8 +355,6 @@ def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, 
     operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)
     and the timeline of host calls and GPU kernels to DIR/rank<R>.trace.json.gz
     (benchmarks/timeline.py says, phase by phase, whether the GPU waited for the host or for NCCL)."""
-    import gzip
-
     from torch.profiler import ProfilerActivity, profile, record_function
 
     def annotated_step(step: int):
@@ -369,11 +368,7 @@ def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, 
     base.parent.mkdir(parents=True, exist_ok=True)
     base.with_suffix(".txt").write_text(
         prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60))
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        with open(raw, "rb") as src, gzip.open(base.with_suffix(".trace.json.gz"), "wb") as dst:
-            dst.write(src.read())
+    prof.export_chrome_trace(str(base.with_suffix(".trace.json.gz")))  # torch gzips a .gz path
     return result
 
 
@@ -654,12 +649,6 @@ def prediction_for(case: TrainCase, spec: ModelSpec, world_size: int, topology, 
     return out
 
 
-def _relative_error(predicted, measured):
-    if predicted is None or not measured:
-        return None
-    return (predicted - measured) / measured
-
-
 def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict, predicted: dict) -> dict:
     """One JSONL row (DESIGN.md keys first)."""
     ok = result.get("status") == "ok"
@@ -671,9 +660,9 @@ def make_record(case: TrainCase, spec: ModelSpec, world_size: int, result: dict,
     measured_peak = result.get("measured_peak_flops")
     predicted = dict(predicted)
     if ok and "step_time_s" in predicted:
-        predicted["step_time_error"] = _relative_error(predicted["step_time_s"], step)
+        predicted["step_time_error"] = relative_error(predicted["step_time_s"], step)
         # the cost model describes a steady-state step, so it is compared with the timed steps' peak
-        predicted["peak_memory_error"] = _relative_error(
+        predicted["peak_memory_error"] = relative_error(
             predicted.get("allocated_bytes", predicted.get("peak_memory_bytes")),
             result.get("steady_peak_memory_bytes") or result.get("peak_memory_bytes"))
     record = {
