@@ -64,6 +64,10 @@ class ModelSpec:
     def to_dict(self) -> dict:
         return dict(asdict(self), params=self.params)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelSpec":
+        return cls(**{k: v for k, v in data.items() if k != "params"})  # params is derived
+
 
 def _llama(name, vocab, hidden, layers, heads, kv, inter, tied, bias=False):
     return ModelSpec(name, "llama", vocab, hidden, layers, heads, kv, inter, tied, bias)

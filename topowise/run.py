@@ -1,0 +1,175 @@
+"""The one description of a training run, and the strategy registry.
+
+Every stage takes a `Run`: `predict`, the planner, calibrate and validate, bench train, the study.
+It is validated once, when it is built, and its errors carry the arithmetic (the way torchtitan's
+ParallelDims checks its degrees). What needs the wiring (which GPUs exist, the HSDP shard group an
+NVLink island suggests) is settled by `place(run, topology)`.
+
+    Run(model, gpus, strategy, micro_batch, seq_len, activation_checkpointing, compile, fabric,
+        shard_group_size, engine)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from topowise.errors import UsageError
+from topowise.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """What a strategy shards and how PyTorch (and DeepSpeed) run it.
+
+    sharded: the training state split across the shard group, in the ZeRO paper's terms (Rajbhandari
+    et al. 2020, arXiv 1910.02054): "optimizer", "gradients", "parameters".
+    fsdp: FSDP2 `fully_shard` runs it (fp32 parameters sharded at rest, gathered in bf16); otherwise
+    DDP's family, with fp32 weights under torch.autocast(bf16).
+    reshard_after_forward: FSDP2's flag; parameters are gathered again in backward.
+    replicated: a 2-D mesh (replicate, shard): shard groups, each replicated across the others.
+    deepspeed_stage: the ZeRO stage DeepSpeed runs it as (hsdp: ZeRO-3 with ZeRO++ hpZ); None: none.
+    """
+
+    name: str
+    sharded: tuple[str, ...]
+    fsdp: bool
+    reshard_after_forward: bool
+    replicated: bool
+    deepspeed_stage: int | None
+    summary: str
+
+    @property
+    def autocast(self) -> bool:
+        """DDP and ZeRO-1 keep fp32 weights and compute under autocast; FSDP2 casts in its all-gather."""
+        return not self.fsdp
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("ddp", (), False, False, False, None, "a full replica per GPU, one all-reduce of the gradients"),
+    Strategy("zero1", ("optimizer",), False, False, False, 1,
+             "DDP with the optimizer states sharded (ZeroRedundancyOptimizer)"),
+    Strategy("zero2", ("optimizer", "gradients"), True, False, False, 2,
+             "FSDP2, parameters kept gathered from forward to backward"),
+    Strategy("zero3", ("optimizer", "gradients", "parameters"), True, True, False, 3,
+             "FSDP2, parameters gathered again in backward"),
+    Strategy("hsdp", ("optimizer", "gradients", "parameters"), True, True, True, 3,
+             "FSDP2 inside each shard group, replicas across groups"),
+)}
+STRATEGY_NAMES = tuple(STRATEGIES)
+ALIASES = {"fsdp": "zero3"}
+FABRICS = ("nvlink", "pcie")  # pcie: as if NVLink were not there
+ENGINES = ("pytorch", "deepspeed")
+
+
+def normalize_strategy(name: str) -> str:
+    key = ALIASES.get(str(name).strip().lower(), str(name).strip().lower())
+    if key not in STRATEGIES:
+        raise UsageError(f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGY_NAMES)} (fsdp = zero3)")
+    return key
+
+
+def parse_strategies(text: str) -> tuple[str, ...]:
+    """A comma-separated list of strategies ("ddp,fsdp"), aliases resolved, duplicates dropped."""
+    names = [normalize_strategy(s) for s in str(text).split(",") if s.strip()]
+    if not names:
+        raise UsageError(f"no strategies given: choose one or more of {', '.join(STRATEGY_NAMES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def check_shard_group_size(size: int, num_gpus: int) -> None:
+    if size < 1 or num_gpus % size:
+        divisors = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0]
+        raise UsageError(f"hsdp shard group size {size} does not divide {num_gpus} GPUs "
+                         f"({num_gpus} % {size} = {num_gpus % size if size >= 1 else 'undefined'}); "
+                         f"choose one of {', '.join(map(str, divisors))}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: which model, on which GPUs, how it is split, one micro-batch per step."""
+
+    model: ModelSpec
+    gpus: tuple[int, ...]
+    strategy: str
+    micro_batch: int = 1
+    seq_len: int = 4096
+    activation_checkpointing: bool = False
+    compile: bool = False
+    fabric: str = "nvlink"
+    shard_group_size: int | None = None  # hsdp only; None until place() gives the island's size
+    engine: str = "pytorch"
+
+    def __post_init__(self) -> None:
+        # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
+        object.__setattr__(self, "strategy", normalize_strategy(self.strategy))
+        object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
+        if self.micro_batch < 1:
+            raise UsageError(f"micro-batch must be a positive number of sequences, not {self.micro_batch}")
+        if self.seq_len < 1:
+            raise UsageError(f"sequence length must be a positive number of tokens, not {self.seq_len}")
+        if self.fabric not in FABRICS:
+            raise UsageError(f"unknown fabric {self.fabric!r}; valid: {', '.join(FABRICS)}")
+        if self.engine not in ENGINES:
+            raise UsageError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        if self.engine == "deepspeed" and self.spec.deepspeed_stage is None:
+            runs = ", ".join(s for s, spec in STRATEGIES.items() if spec.deepspeed_stage)
+            raise UsageError(f"--engine deepspeed runs {runs}, not {self.strategy} (--engine pytorch runs it)")
+        if not self.gpus:
+            raise UsageError("no GPUs chosen: give --gpus or --num-gpus")
+        if len(set(self.gpus)) != len(self.gpus):
+            raise UsageError(f"GPU list {list(self.gpus)} names a GPU twice")
+        if self.shard_group_size is not None:
+            if not self.spec.replicated:
+                raise UsageError(f"a shard group size applies to hsdp, not {self.strategy}")
+            check_shard_group_size(self.shard_group_size, self.num_gpus)
+
+    @property
+    def spec(self) -> Strategy:
+        return STRATEGIES[self.strategy]
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per GPU per step."""
+        return self.micro_batch * self.seq_len
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs a sharded state is split over: the shard group for hsdp, every GPU for zero1-3, 1 for ddp."""
+        if not self.spec.sharded:
+            return 1
+        if self.spec.replicated:
+            if self.shard_group_size is None:
+                raise ValueError("hsdp's shard group is unknown until place(run, topology)")
+            return self.shard_group_size
+        return self.num_gpus
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), model=self.model.to_dict(), gpus=list(self.gpus))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Run":
+        return cls(**dict(data, model=ModelSpec.from_dict(data["model"]), gpus=tuple(data["gpus"])))
+
+
+def default_shard_group_size(topology, gpus: tuple[int, ...]) -> int:
+    """The size of the NVLink island the GPUs lie in: all of them when they share one island, else the
+    smallest spanned island's size reduced to divide the GPU count (gcd), so groups follow islands."""
+    spanned = topology.islands_spanned(gpus)
+    if len(spanned) <= 1:
+        return len(gpus)
+    return math.gcd(len(gpus), min(len(isl) for isl in spanned))
+
+
+def place(run: Run, topology) -> Run:
+    """The run on `topology`: every GPU must exist there; hsdp's shard group defaults to the NVLink
+    island (from the real wiring, so a pcie what-if keeps the same layout)."""
+    for g in run.gpus:
+        topology.gpu(g)  # UsageError for a GPU the topology lacks
+    if run.spec.replicated and run.shard_group_size is None:
+        return replace(run, shard_group_size=default_shard_group_size(topology, run.gpus))
+    return run
