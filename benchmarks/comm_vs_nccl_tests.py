@@ -15,7 +15,7 @@ import sys
 
 MIB = 2**20
 # nccl-tests all_reduce_perf / all_gather_perf / reduce_scatter_perf -g 2, float, out-of-place busbw GB/s
-# on the 2x H200 (NV18) machine, NCCL 2.28 (shared reference facts.md, "The 2x H200 machine").
+# on the 2x H200 (NV18) machine, NCCL 2.28 (docs/sources.md).
 NCCL_TESTS = {
     "nvlink": {
         "all_reduce": {1: 44.5, 16: 211, 64: 267, 256: 299, 1024: 329},
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
             target = f">={r['target']:.0f}%" if r["target"] else ""
             mark = "" if r["ok"] else "  MISS"
             print(f"{r['fabric']:7} {r['op']:15} {r['mib']:>5.0f} MiB {r['dtype']:9} {r['busbw']:8.1f} "
-                  f"{r['nccl_tests']:10.1f} {r['pct']:6.1f}% {target:>7} {str(bool(r['graph'])):>5} {r['wrong']:5d}{mark}")
+                  f"{r['nccl_tests']:10.1f} {r['pct']:6.1f}% {target:>7} "
+                  f"{str(bool(r['graph'])):>5} {r['wrong']:5d}{mark}")
         missed = [r for r in rows if not r["ok"]]
         print(f"# {len(rows)} cases compared, {len(missed)} below target"
               + ("" if rows else " (no 2-GPU nccl records with nccl-tests figures)"))

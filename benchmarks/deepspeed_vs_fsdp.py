@@ -25,10 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from topowise.expectations import train_expected  # noqa: E402
 from topowise.measure import train  # noqa: E402
+from topowise.measure.machine import live_topology  # noqa: E402
+from topowise.units import GIB  # noqa: E402
 
-RUNS = (("pytorch", "zero2,zero3"), ("deepspeed", "zero1,zero2,zero3"))
-GIB = 1024**3
+RUNS = (("pytorch", "zero2,zero3"), ("deepspeed", ",".join(train.DEEPSPEED_STRATEGIES)))
 NAME = "deepspeed-vs-fsdp"
 
 
@@ -85,8 +87,9 @@ def sentences(records: list[dict], fabrics: tuple[str, ...]) -> list[str]:
             ds, fs = find(records, "deepspeed", strategy, fabric), find(records, "pytorch", strategy, fabric)
             if not (ds and fs):
                 continue
+            speed = compare(ds["tokens_per_s_per_gpu"], fs["tokens_per_s_per_gpu"], "faster", "slower", "tokens/s")
             text = (f"{where}, DeepSpeed {strategy} runs {ds['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-                    f"{compare(ds['tokens_per_s_per_gpu'], fs['tokens_per_s_per_gpu'], 'faster', 'slower', 'tokens/s')} "
+                    f"{speed} "
                     f"FSDP2 {strategy} ({fs['tokens_per_s_per_gpu']:,.0f})")
             if ds.get("peak_memory_bytes") and fs.get("peak_memory_bytes"):
                 text += (f", and allocates {ds['peak_memory_bytes'] / GIB:.1f} GiB at its peak, "
@@ -95,9 +98,11 @@ def sentences(records: list[dict], fabrics: tuple[str, ...]) -> list[str]:
             out.append(text + ".")
         z1, z2 = find(records, "deepspeed", "zero1", fabric), find(records, "deepspeed", "zero2", fabric)
         if z1 and z2 and z1.get("peak_memory_bytes") and z2.get("peak_memory_bytes"):
-            out.append(f"{where}, DeepSpeed zero1 allocates {(z1['peak_memory_bytes'] - z2['peak_memory_bytes']) / GIB:+.2f} "
+            out.append(f"{where}, DeepSpeed zero1 allocates "
+                       f"{(z1['peak_memory_bytes'] - z2['peak_memory_bytes']) / GIB:+.2f} "
                        f"GiB against its zero2 (with contiguous_gradients both keep only their gradient "
-                       f"partition) and runs at {z1['tokens_per_s_per_gpu'] / z2['tokens_per_s_per_gpu']:.2f}x its speed.")
+                       f"partition) and runs at "
+                       f"{z1['tokens_per_s_per_gpu'] / z2['tokens_per_s_per_gpu']:.2f}x its speed.")
     if len(fabrics) > 1:
         slow = []
         for engine in ("pytorch", "deepspeed"):
@@ -112,12 +117,16 @@ def sentences(records: list[dict], fabrics: tuple[str, ...]) -> list[str]:
                        f"{slow[-1][1]} depends on NVLink the most, {slow[0][1]} the least.")
     for engine, name in (("pytorch", "FSDP2"), ("deepspeed", "DeepSpeed")):
         errs = [r["predicted"]["step_time_error"] for r in records
-                if r["engine"] == engine and r["status"] == "ok" and (r.get("predicted") or {}).get("step_time_error") is not None]
+                if r["engine"] == engine and r["status"] == "ok"
+                and (r.get("predicted") or {}).get("step_time_error") is not None]
         mems = [r["predicted"]["peak_memory_error"] for r in records
-                if r["engine"] == engine and r["status"] == "ok" and (r.get("predicted") or {}).get("peak_memory_error") is not None]
+                if r["engine"] == engine and r["status"] == "ok"
+                and (r.get("predicted") or {}).get("peak_memory_error") is not None]
         if errs:
-            out.append(f"The cost model's {name} step times are off by {100 * min(errs):+.0f}% to {100 * max(errs):+.0f}%"
-                       + (f", its allocated memory by {100 * min(mems):+.0f}% to {100 * max(mems):+.0f}%" if mems else "")
+            out.append(f"The cost model's {name} step times are off by "
+                       f"{100 * min(errs):+.0f}% to {100 * max(errs):+.0f}%"
+                       + (f", its allocated memory by {100 * min(mems):+.0f}% to "
+                          f"{100 * max(mems):+.0f}%" if mems else "")
                        + f" ({len(errs)} runs).")
     for fabric in fabrics:
         done = [r for r in records if r["fabric"] == fabric and r["status"] == "ok"]
@@ -127,7 +136,8 @@ def sentences(records: list[dict], fabrics: tuple[str, ...]) -> list[str]:
             out.append(f"Losses on {fabric} ({names}): " + (
                 f"agree step by step within {100 * check.max_rel_diff:.2f}% (tolerance {100 * check.rtol:g}%)."
                 if check.agree else f"DIVERGE: {check.message()}"))
-    failed = [f"{label(r)} on {r['fabric']}: {r['status']} ({r.get('error', '')[:120]})" for r in records if r["status"] != "ok"]
+    failed = [f"{label(r)} on {r['fabric']}: {r['status']} ({r.get('error', '')[:120]})"
+              for r in records if r["status"] != "ok"]
     if failed:
         out.append("Did not finish: " + "; ".join(failed) + ".")
     return out
@@ -174,8 +184,8 @@ def main(argv=None) -> int:
 
                     topology = load_topology(args.topology)
                 else:
-                    topology = train.live_topology()
-            done, _ = train.bench_train(request, topology)
+                    topology = live_topology()
+            done, _ = train.bench_train(request, lambda case: train_expected(case, topology))
             for r in done:
                 print(f"[{time.monotonic() - started:6.1f} s] {label(r)} {fabric}: {r['status']}"
                       + (f", {r['step_time_s'] * 1e3:.1f} ms/step" if r["status"] == "ok" else

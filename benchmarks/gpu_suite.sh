@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
 #   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
-# Stages: topo comm train plain gputests stall host hostgc trace study calibrate validate deepspeed. Each stage has its own time limit so
+# Stages: topo comm train plain gputests stall host trace study calibrate validate deepspeed. Each stage has its own time limit so
 # one hang cannot eat the rest; everything lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz.
 # The multicast switches of the machine (NCCL_NVLS_ENABLE=0, ...) are inherited, never changed.
 set -u
@@ -38,15 +38,12 @@ for stage in "$@"; do
       T 150 env NCCL_MAX_NCHANNELS=4 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall-4ch.jsonl" > "$R/stall-4ch.txt" 2>&1 ;;
     host)  # host-bound or GPU-bound? step floors at 128 tokens, a token sweep, AdamW and loss passes alone
       T 300 python3 benchmarks/host_bound.py --out-dir "$R/host" > "$R/host.txt" 2>&1 ;;
-    hostgc)  # the host floors with and without Python's automatic garbage collection in the step loop
-      T 200 python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcoff" > "$R/host-gcoff.txt" 2>&1
-      T 200 env TOPOWISE_BENCH_GC=on python3 benchmarks/host_bound.py --skip-passes --models qwen2.5-0.5b,llama3.2-1b --seqs 4096 --out-dir "$R/host-gcon" > "$R/host-gcon.txt" 2>&1 ;;
     trace)  # where does a step's time go? profiler timelines per rank, read phase by phase (benchmarks/timeline.py)
       { command -v nsys; ls /usr/local/cuda/bin; } > "$R/tools.txt" 2>&1
       for c in "qwen2.5-0.5b zero3 2 4096" "qwen2.5-0.5b zero2 2 4096" "qwen2.5-0.5b ddp 2 4096" "qwen2.5-0.5b zero3 1 128" \
                "llama3.2-1b zero3 2 2048" "llama3.2-1b zero2 2 2048"; do set -- $c
         d="$R/trace-$1-$2-mb$3-seq$4"
-        T 120 env TOPOWISE_BENCH_PROFILE="$d" python3 -m topowise bench train --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
+        T 120 python3 -m topowise bench train --trace "$d" --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
         T 60 python3 benchmarks/timeline.py "$d"/rank*.trace.json.gz --json "$d/timeline.json" >> "$R/timeline.txt" 2>&1
         mv -f "$d"/rank0.trace.json.gz "$OUT/trace-$1-$2-mb$3-seq$4.rank0.json.gz" 2>/dev/null  # rank 0 timeline beside the tarball
         rm -f "$d"/rank*.trace.json.gz  # large; timeline.json keeps what was read from them

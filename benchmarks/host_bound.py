@@ -8,8 +8,6 @@ same operations on smaller tensors), so the step time at a few tokens is a floor
 and a sweep over tokens shows where the GPU takes over. One launch over NVLink (calibrate's
 joined form: every case in one process group): three models x four strategies at 128 tokens, and
 qwen2.5-0.5b at micro-batch 2 over 512..4096 tokens with ddp, zero2 and zero3 (--models, --seqs).
-TOPOWISE_BENCH_GC=on keeps Python's automatic garbage collection in the step loop (bench train
-turns it off, as torchtitan does): run once with and once without to see what it costs.
 
 Then, on one GPU, the two memory-bound passes the cost model times with one HBM efficiency, each
 timed alone: torch's fused AdamW step over the parameter shapes of a model (bytes moved / time),
@@ -23,17 +21,19 @@ import json
 import time
 from pathlib import Path
 
-from topowise import calibrate as C
+from topowise.calibrate.cases import Case, Plan
+from topowise.calibrate.fit import step_spread
+from topowise.calibrate.launch import measure
 from topowise.measure.passes import adamw_pass, loss_pass
 
 FLOOR_TOKENS = 128
 
 
-def plan(steps: int, models: list[str], seqs: list[int]) -> C.Plan:
-    floor = [C.Case(m, s, 1, FLOOR_TOKENS) for m in models for s in ("ddp", "zero1", "zero2", "zero3")]
-    sweep = [C.Case("qwen2.5-0.5b", s, 2, seq) for seq in seqs for s in ("ddp", "zero2", "zero3")]
-    return C.Plan(device="cuda", fabrics=("nvlink",), comm_ops=(), comm_sizes=(), cases=tuple(floor + sweep),
-                  warmup=3, steps=steps)
+def plan(steps: int, models: list[str], seqs: list[int]) -> Plan:
+    floor = [Case(m, s, 1, FLOOR_TOKENS) for m in models for s in ("ddp", "zero1", "zero2", "zero3")]
+    sweep = [Case("qwen2.5-0.5b", s, 2, seq) for seq in seqs for s in ("ddp", "zero2", "zero3")]
+    return Plan(device="cuda", fabrics=("nvlink",), comm_ops=(), comm_sizes=(), cases=tuple(floor + sweep),
+                warmup=3, steps=steps)
 
 
 def main() -> int:
@@ -62,13 +62,15 @@ def main() -> int:
 
         torch.cuda.empty_cache()
         t0 = time.time()
-        problems = C.measure(plan(args.steps, args.models.split(","), [int(x) for x in args.seqs.split(",")]), 2, out / "records", progress=print)
+        problems = measure(plan(args.steps, args.models.split(","), [int(x) for x in args.seqs.split(",")]), 2,
+                           out / "records", progress=print)
         print(f"training runs took {time.time() - t0:.0f} s; problems: {problems or 'none'}")
         rows = [json.loads(line) for line in (out / "records" / "train.jsonl").read_text().splitlines()]
-        print(f"{'model':14} {'strategy':8} {'mb':>3} {'seq':>5} {'ms/step':>8} {'spread':>7}  host ms: fwd / bwd / opt")
+        print(f"{'model':14} {'strategy':8} {'mb':>3} {'seq':>5} {'ms/step':>8} "
+              f"{'spread':>7}  host ms: fwd / bwd / opt")
         for r in rows:
             times = r.get("step_times_s") or [0]
-            spread = C.step_spread(times) if r.get("status") == "ok" else float("nan")
+            spread = step_spread(times) if r.get("status") == "ok" else float("nan")
             host = r.get("host_phase_s") or {}
             print(f"{r['model']:14} {r['strategy']:8} {r['micro_batch']:3} {r['seq_len']:5} "
                   f"{(r.get('step_time_s') or 0) * 1e3:8.1f} {spread * 100:6.1f}%  "

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from topowise.costmodel import network
+from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import default_profile
-from topowise.costmodel.step import predict
 from topowise.models.spec import load_model
+from topowise.run import Run
 from topowise.topology.cluster import load_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +47,9 @@ def predict_point(model, cluster, nodes: int, strategy: str, shard, profile):
     """The prediction without checkpointing if it fits, else with it (None if neither fits)."""
     gpus = tuple(range(nodes * cluster.gpus_per_node))
     for ac in (False, True):
-        p = predict(model, cluster, gpus, strategy, micro_batch=MICRO_BATCH, seq_len=SEQ_LEN,
-                    activation_checkpointing=ac, shard_group_size=shard, profile=profile)
+        run = Run(model, gpus, strategy, micro_batch=MICRO_BATCH, seq_len=SEQ_LEN, activation_checkpointing=ac,
+                  shard_group_size=shard)
+        p = predict(run, cluster, profile)
         if p.fits:
             return p
     return None
@@ -91,7 +93,7 @@ def render_markdown(results: dict, profile) -> str:
         "come from costmodel/step.py; collectives that cross nodes from costmodel/network.py (NCCL's own",
         "ring/tree latency-bandwidth model, tuning.cc of NCCL 2.20.3, with the bus bandwidth set by the",
         "slower of the node's ring and the node's NICs). Network rates are hardware.NIC_GBPS (measured",
-        "busbw per NIC from facts.md where there is one).",
+        "busbw per NIC where published; docs/sources.md).",
         "",
         f"Per-GPU work is fixed: micro-batch {MICRO_BATCH} x {SEQ_LEN} tokens per GPU per step, so the global",
         "batch grows with the node count and a perfect network would keep tokens/s per GPU flat.",
@@ -163,7 +165,8 @@ def render_markdown(results: dict, profile) -> str:
               "costmodel/network.py `network_traffic`). fp32 gradients are reduced, bf16 parameters gathered "
               "(as topowise's benchmark holds them). hpZ is DeepSpeed ZeRO++'s hierarchical partitioning "
               "(zero3 whose backward all-gather stays inside the node), where that engine is used.", "",
-              "| model | ddp | zero1 | zero2 | zero3 | hsdp (shard = node) | hpZ (DeepSpeed) |", "|---|---|---|---|---|---|---|"]
+              "| model | ddp | zero1 | zero2 | zero3 | hsdp (shard = node) | hpZ (DeepSpeed) |",
+              "|---|---|---|---|---|---|---|"]
     c4 = load_cluster("4x hgx-h100-8+ib-ndr")
     for model_name in MODELS:
         params = load_model(model_name).params
@@ -179,8 +182,8 @@ def render_markdown(results: dict, profile) -> str:
               "has no tree for all-gather and reduce-scatter). So HSDP pulls ahead where the node's links are",
               "much faster than its NICs, and at many nodes.",
               "", "## HSDP against FSDP (zero3) across nodes", "",
-              "Predicted zero3 step time over the faster hsdp (shard groups of one node, or of four for a model one node "
-              "cannot hold); above 1 HSDP is faster.", "",
+              "Predicted zero3 step time over the faster hsdp (shard groups of one node, or of four for a model "
+              "one node cannot hold); above 1 HSDP is faster.", "",
               "| model | cluster | " + " | ".join(f"{n} nodes" for n in NODES[1:]) + " |",
               "|---|---|" + "---|" * (len(NODES) - 1)]
     skipped: list[str] = []
@@ -217,7 +220,8 @@ def render_markdown(results: dict, profile) -> str:
               "    bus    = min(node ring over k GPUs x achieved fraction, k x per-GPU NIC share)",
               "    time   = latency + bytes / algbw                          (us and GB/s in tuning.cc)",
               "    ring   latency = base + (2(n-1) - 2N) x intra + 2N x net,  algbw = bus x n / 2(n-1)",
-              "    tree   latency = base + 2 ((k-1) x intra + log2(N) x net), algbw = 0.5 x 0.92 x bus x correction(size)",
+              "    tree   latency = base + 2 ((k-1) x intra + log2(N) x net), "
+              "algbw = 0.5 x 0.92 x bus x correction(size)",
               "",
               "base, intra and net are tuning.cc's baseLat/hwLat per protocol (LL: low latency, a quarter of",
               "the bandwidth; Simple: full bandwidth); each algorithm takes the faster protocol, the tuner the",

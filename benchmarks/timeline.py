@@ -1,6 +1,6 @@
 """Where a training step's time goes, phase by phase, from one rank's profiler timeline.
 
-bench train with TOPOWISE_BENCH_PROFILE=DIR writes DIR/rank<R>.trace.json.gz (torch.profiler's
+`bench train --trace DIR` writes DIR/rank<R>.trace.json.gz (torch.profiler's
 Chrome trace; steps and phases are named ranges: topowise.step.N, topowise.forward / backward /
 optimizer). This reads it and says, per phase, how long the host took to issue the work, how long
 the GPU's compute streams were busy, and why they sat idle:

@@ -14,7 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from topowise.expectations import train_expected
 from topowise.measure import train
+from topowise.measure.machine import live_topology
+from topowise.run import STRATEGY_NAMES
+from topowise.units import GIB
 
 TARGETS = {"ddp": 0.50, "zero1": 0.45, "zero2": 0.50, "zero3": 0.50}  # of the measured matmul rate
 
@@ -32,15 +36,15 @@ def main() -> int:
     args = parser.parse_args()
 
     rows, missed, disagree = [], [], []
+    topology = live_topology()
     for fabric in args.fabrics.split(","):
-        strategies = "ddp,zero1,zero2,zero3,hsdp" if fabric == "nvlink" else "ddp,zero1,zero2,zero3"
+        strategies = ",".join(s for s in STRATEGY_NAMES if fabric == "nvlink" or s != "hsdp")  # PCIe: no hsdp
         request = train.make_request(model=args.model, strategies=strategies, micro_batch=args.micro_batch,
                                      seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, fabric=fabric,
                                      compile=args.compile, out=args.out, timeout_s=300)
-        topology = train.live_topology()
         records, check = train.bench_train(
-            request, topology, lambda event, case, rec: print(
-                f"{case.strategy} {fabric}: " + ("running" if event == "start" else rec["status"]), flush=True))
+            request, lambda case: train_expected(case, topology), lambda event, case, rec: print(
+                f"{case.run.strategy} {fabric}: " + ("running" if event == "start" else rec["status"]), flush=True))
         print(check.message())
         if not check.agree:
             disagree.append(fabric)
@@ -58,7 +62,7 @@ def main() -> int:
         pred = (r.get("predicted") or {}).get("step_time_s")
         print(f"{r['strategy']:8} {r['fabric']:6} {r['status']:7} {_f(r['step_time_s'], 1e3, 8, 1)} "
               f"{_f(r['tokens_per_s_per_gpu'], 1, 10, 0)} {_f(mfu, 100, 5, 1)}% {_f(target, 100, 5, 0)}% "
-              f"{_f(r['mfu'], 100, 8, 1)}% {_f(r['peak_memory_bytes'], 1 / 1024**3, 9, 2)} {_f(pred, 1e3, 8, 1)}  "
+              f"{_f(r['mfu'], 100, 8, 1)}% {_f(r['peak_memory_bytes'], 1 / GIB, 9, 2)} {_f(pred, 1e3, 8, 1)}  "
               f"{verdict}{' ' + r.get('error', '') if r['status'] != 'ok' else ''}")
     peak = next((r["peak_flops_measured"] for r in rows if r.get("peak_flops_measured")), None)
     sheet = next((r["peak_flops_datasheet"] for r in rows if r.get("peak_flops_datasheet")), None)

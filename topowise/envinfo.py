@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Mapping
 
 from topowise import __version__
+from topowise.units import GIB
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_")
 
@@ -84,7 +85,7 @@ def _nvidia(nvml=None) -> dict:
                 "index": i,
                 "name": _text(nvml.nvmlDeviceGetName(h)),
                 "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(h).busId),
-                "memory_gib": round(nvml.nvmlDeviceGetMemoryInfo(h).total / 1024**3, 1),
+                "memory_gib": round(nvml.nvmlDeviceGetMemoryInfo(h).total / GIB, 1),
             })
         return out
     except error as exc:

@@ -1,14 +1,15 @@
-"""GPU and link specifications: one table, each row with its source.
+"""GPU and link specifications: one table, each row with its source (docs/sources.md lists them).
 
 Units: bytes, FLOP/s, GB/s (1e9 B/s) per direction. "verify" marks a figure from a product page
-that no measurement here has confirmed yet (see ../docs/results for what was measured).
+that no measurement here has confirmed yet (see docs/results for what was measured).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1024**3
+from topowise.units import GIB, MIB
+
 GB = 1e9
 
 
@@ -24,7 +25,7 @@ class GpuSpec:
 
 # Matched against the name NVML / nvidia-smi reports, longest key first (see `gpu_spec`).
 GPUS: dict[str, GpuSpec] = {
-    "H200": GpuSpec("H200", 143771 * 1024**2, 989e12, 4, 5,
+    "H200": GpuSpec("H200", 143771 * MIB, 989e12, 4, 5,
                     "memory: nvidia-smi on the 2x H200 machine (143771 MiB); 989 TFLOP/s: NVIDIA H200 datasheet"),
     "H200 NVL": GpuSpec("H200 NVL", 141 * GB, 835e12, 4, 5,
                         "NVIDIA H200 NVL product text: 141 GB, 1671 TFLOP/s bf16 with sparsity (verify)"),
@@ -47,21 +48,22 @@ GPUS: dict[str, GpuSpec] = {
 # Per NVLink link, GB/s per direction, by generation.
 NVLINK_GBPS_PER_LINK: dict[int, float] = {
     2: 25.0,  # V100: 6 links x 25 GB/s = 150 GB/s per direction (NVIDIA V100 whitepaper)
-    3: 25.0,  # A100: 12 links x 25 = 300 GB/s (facts.md, NVLink 3)
-    4: 26.5625,  # H100/H200: 18 x 26.5625 = 478 GB/s (facts.md: `nvidia-smi nvlink -s` on an H200)
+    3: 25.0,  # A100: 12 links x 25 = 300 GB/s (NVIDIA A100 datasheet: NVLink 600 GB/s bidirectional)
+    4: 26.5625,  # H100/H200: 18 x 26.5625 = 478 GB/s (`nvidia-smi nvlink -s` on an H200, docs/results run1)
     5: 50.0,  # B200/GB200: 18 x 50 = 900 GB/s per direction (NVIDIA NVLink 5 product text, verify)
 }
 
-# PCIe x16, GB/s per direction: 16 lanes x GT/s x 128/130 / 8 (facts.md, PCIe spec arithmetic).
+# PCIe x16, GB/s per direction: 16 lanes x GT/s x 128/130 / 8 for Gen3-5 (8, 16, 32 GT/s, rounded);
+# Gen6: 64 GT/s in FLIT mode, 242 payload bytes per 256-byte FLIT: 128 x 242/256 = 121.
 PCIE_X16_GBPS: dict[int, float] = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
 
-# Network, GB/s per NIC per direction, measured busbw where facts.md has it.
+# Network, GB/s per NIC per direction: nccl-tests busbw measured per NIC where published.
 NIC_GBPS: dict[str, float] = {
-    "ib-ndr": 48.0,  # 400G NDR: 46-49 GB/s measured per NIC (facts.md, nccl-tests issue 290)
-    "ib-hdr": 24.0,  # 200G HDR: ~24 GB/s (facts.md, nccl-tests issue 267)
+    "ib-ndr": 48.0,  # 400G NDR: 46-49 GB/s measured per NIC (NVIDIA/nccl-tests issue 290)
+    "ib-hdr": 24.0,  # 200G HDR: ~24 GB/s (NVIDIA/nccl-tests issue 267)
     "roce-400": 48.0,  # 400G line rate = 50 GB/s; taken as NDR's measured figure (verify)
     "roce-200": 24.0,  # 200G, as HDR (verify)
-    "eth-100": 12.0,  # 100G: ~12 GB/s (facts.md, nccl-tests issue 119)
+    "eth-100": 12.0,  # 100G: ~12 GB/s (NVIDIA/nccl-tests issue 119)
 }
 
 

@@ -60,6 +60,8 @@ STRATEGY_NAMES = tuple(STRATEGIES)
 ALIASES = {"fsdp": "zero3"}
 FABRICS = ("nvlink", "pcie")  # pcie: as if NVLink were not there
 ENGINES = ("pytorch", "deepspeed")
+# The phases of a training step the cost model and bench train's host timing both split a step into
+STEP_PHASES = ("forward", "backward", "optimizer")
 
 
 def normalize_strategy(name: str) -> str:
@@ -152,7 +154,7 @@ class Run:
         return dict(asdict(self), model=self.model.to_dict(), gpus=list(self.gpus))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Run":
+    def from_dict(cls, data: dict) -> Run:
         return cls(**dict(data, model=ModelSpec.from_dict(data["model"]), gpus=tuple(data["gpus"])))
 
 

@@ -4,17 +4,24 @@ Every strategy is a real torchrun launch (a few seconds each on two cores); the 
 near a minute.
 """
 
+import functools
 import gzip
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import rank_faults
 
 from topowise.errors import UsageError
 from topowise.measure import train
+from topowise.models.spec import load_model
+from topowise.run import Run
 
 pytest.importorskip("torch")
+
+from topowise.measure import steps  # noqa: E402  (imports torch)
 
 # lr 3e-4: large enough that 3 steps visibly lower the tiny model's loss ("it trains" below)
 TINY = ["--device", "cpu", "--nproc", "2", "--model", "tiny", "--micro-batch", "2", "--seq-len", "32",
@@ -35,6 +42,13 @@ def cli(argv):
 def run_json(argv, capsys):
     status = cli([*TINY, "--json", *argv])
     return status, json.loads(capsys.readouterr().out)
+
+
+def with_faults(monkeypatch, faults: str) -> None:
+    """The ranks run tests/dist/rank_faults.py's entry, which injects `faults`."""
+    for key, value in rank_faults.env_with_faults(faults).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(train, "bench_train", functools.partial(train.bench_train, entry=rank_faults.TRAIN_ENTRY))
 
 
 @pytest.mark.dist
@@ -74,9 +88,8 @@ def timeline_events(path):
 
 
 @pytest.mark.dist
-def test_profile_diagnostic_writes_each_ranks_table(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TOPOWISE_BENCH_PROFILE", str(tmp_path / "prof"))
-    status, doc = run_json(["--strategies", "zero3"], capsys)
+def test_trace_writes_each_ranks_table_and_timeline(tmp_path, capsys):
+    status, doc = run_json(["--strategies", "zero3", "--trace", str(tmp_path / "prof")], capsys)
     assert status == 0 and doc["records"][0]["status"] == "ok"
     for rank in (0, 1):
         table = (tmp_path / "prof" / f"rank{rank}.txt").read_text()
@@ -86,7 +99,7 @@ def test_profile_diagnostic_writes_each_ranks_table(tmp_path, capsys, monkeypatc
         assert {"topowise.forward", "topowise.backward", "topowise.optimizer", "topowise.step.0"} <= names
 
 
-def test_timed_steps_turn_automatic_gc_off_during_the_steps_only(monkeypatch):
+def test_timed_steps_turn_automatic_gc_off_during_the_steps_only():
     import gc
 
     import torch
@@ -97,18 +110,14 @@ def test_timed_steps_turn_automatic_gc_off_during_the_steps_only(monkeypatch):
         seen.append(gc.isenabled())
         return torch.zeros(())
 
-    monkeypatch.delenv("TOPOWISE_BENCH_GC", raising=False)
-    times, losses = train.timed_steps(3, one_step, cuda=False)
+    times, losses = steps.timed_steps(3, one_step, cuda=False)
     assert seen == [False] * 3 and len(times) == len(losses) == 3 and gc.isenabled()
-    monkeypatch.setenv("TOPOWISE_BENCH_GC", "on")
-    train.timed_steps(1, one_step, cuda=False)
-    assert seen[-1] is True
 
 
 @pytest.mark.dist
 def test_oom_error_crash_and_divergence_are_recorded_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
-    # hsdp runs but never steps its optimizer: the loss check must name it
-    monkeypatch.setenv(train.FAIL_ENV, "zero1:oom,zero2:error,zero3:crash,hsdp:diverge")
+    # hsdp runs but its weights never move: the loss check must name it
+    with_faults(monkeypatch, "zero1:oom,zero2:error,zero3:crash,hsdp:diverge")
     out = tmp_path / "train.jsonl"
     status, doc = run_json(["--strategies", "ddp,zero1,zero2,zero3,hsdp", "--lr", "0.01", "--out", str(out)], capsys)
     by = {r["strategy"]: r for r in doc["records"]}
@@ -129,7 +138,7 @@ def test_oom_error_crash_and_divergence_are_recorded_and_the_run_goes_on(tmp_pat
 
 @pytest.mark.dist
 def test_a_launch_whose_ranks_never_join_is_relaunched_once(capsys, monkeypatch):
-    monkeypatch.setenv(train.FAIL_ENV, "ddp:join_fails_once")
+    with_faults(monkeypatch, "ddp:join_fails_once")
     status, doc = run_json(["--strategies", "ddp"], capsys)
     (ddp,) = doc["records"]
     assert ddp["status"] == "ok" and "relaunched once" in ddp["launch_note"] and status == 0
@@ -137,14 +146,14 @@ def test_a_launch_whose_ranks_never_join_is_relaunched_once(capsys, monkeypatch)
 
 @pytest.mark.dist
 def test_a_strategy_past_its_timeout_is_stopped_with_its_ranks(capsys, monkeypatch):
-    monkeypatch.setenv(train.FAIL_ENV, "ddp:hang")
+    with_faults(monkeypatch, "ddp:hang")
     status, doc = run_json(["--strategies", "ddp", "--timeout", "10"], capsys)
     (ddp,) = doc["records"]
     assert ddp["status"] == "timeout" and "10 s" in ddp["error"] and status == 0
     left = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            left += [cmdline] if b"topowise.measure.train:run_case" in cmdline.read_bytes() else []
+            left += [cmdline] if rank_faults.TRAIN_ENTRY.encode() in cmdline.read_bytes() else []
         except OSError:
             continue
     assert not left, "ranks of the stopped strategy are still running"
@@ -215,21 +224,22 @@ def test_compare_losses_names_the_odd_one_even_when_first():
 
 def test_oom_message_parsing():
     msg = "CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 79.10 GiB"
-    assert train.oom_requested_bytes(msg) == int(1.96 * 1024**3)
-    assert train.oom_requested_bytes("Tried to allocate 512.00 MiB") == 512 * 1024**2
-    assert train.oom_requested_bytes("something else") is None
+    assert steps.oom_requested_bytes(msg) == int(1.96 * 1024**3)
+    assert steps.oom_requested_bytes("Tried to allocate 512.00 MiB") == 512 * 1024**2
+    assert steps.oom_requested_bytes("something else") is None
     import torch
 
-    failure = train.describe_failure(torch.OutOfMemoryError(msg))
+    failure = steps.describe_failure(torch.OutOfMemoryError(msg))
     assert failure["status"] == "oom" and failure["oom_requested_bytes"] == int(1.96 * 1024**3)
-    assert train.describe_failure(ValueError("bad shape"))["status"] == "error"
+    assert steps.describe_failure(ValueError("bad shape"))["status"] == "error"
 
 
 def test_synthetic_batches_depend_on_seed_step_and_rank_only():
-    case = train.TrainCase(model="tiny", strategy="ddp", micro_batch=2, seq_len=16, steps=2, warmup=1)
-    x0, y0 = train.synthetic_batches(case, 0, 512, "cpu")
-    again, _ = train.synthetic_batches(train.TrainCase(**{**case.to_dict(), "strategy": "zero3"}), 0, 512, "cpu")
-    x1, _ = train.synthetic_batches(case, 1, 512, "cpu")
+    case = train.TrainCase(Run(load_model("tiny"), (0, 1), "ddp", micro_batch=2, seq_len=16), steps=2, warmup=1)
+    assert train.TrainCase.from_dict(json.loads(json.dumps(case.to_dict()))) == case
+    x0, y0 = steps.synthetic_batches(case, 0, 512, "cpu")
+    again, _ = steps.synthetic_batches(replace(case, run=replace(case.run, strategy="zero3")), 0, 512, "cpu")
+    x1, _ = steps.synthetic_batches(case, 1, 512, "cpu")
     assert x0.shape == (3, 2, 16) and (x0 == again).all() and not (x0 == x1).all()
     assert (x0[:, :, 1:] == y0[:, :, :-1]).all()  # targets are the next tokens
     assert not (x0[0] == x0[1]).all()  # each step its own batch

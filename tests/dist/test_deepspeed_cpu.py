@@ -7,6 +7,7 @@ Each strategy is a torchrun launch (DeepSpeed's import makes each ~5-10 s on two
 import json
 
 import pytest
+import rank_faults
 
 from topowise.measure import train
 
@@ -31,9 +32,10 @@ def request(tmp_path, strategies, engine, out=None):
 def test_deepspeed_zero_stages_train_like_fsdp2_and_failures_are_recorded(tmp_path, monkeypatch):
     out = tmp_path / "train.jsonl"
     # zero1 fails with OOM after wrapping; zero2 runs but its weights never move (a wrong run)
-    monkeypatch.setenv(train.FAIL_ENV, "zero1:oom,zero2:diverge")
-    ds_records, _ = train.bench_train(request(tmp_path, "zero1,zero2,zero3", "deepspeed", str(out)))
-    monkeypatch.delenv(train.FAIL_ENV)
+    for key, value in rank_faults.env_with_faults("zero1:oom,zero2:diverge").items():
+        monkeypatch.setenv(key, value)
+    ds_records, _ = train.bench_train(request(tmp_path, "zero1,zero2,zero3", "deepspeed", str(out)),
+                                      entry=rank_faults.TRAIN_ENTRY)
     pt_records, _ = train.bench_train(request(tmp_path, "zero3", "pytorch", str(out)))
 
     oom, ds2, ds3 = ds_records

@@ -2,7 +2,9 @@
 
 import pytest
 
+from topowise.expectations import train_expected
 from topowise.measure import train
+from topowise.measure.machine import live_topology
 
 pytestmark = pytest.mark.gpu
 
@@ -18,7 +20,8 @@ def test_every_strategy_on_gpus_reports_time_memory_mfu_and_agreeing_losses(tmp_
     request = train.make_request(model="qwen2.5-0.5b", strategies="ddp,zero1,zero2,zero3,hsdp", micro_batch=1,
                                  seq_len=1024, steps=3, warmup=2, device="cuda", nproc=_nproc(),
                                  out=str(tmp_path / "t.jsonl"), timeout_s=240)
-    records, check = train.bench_train(request, train.live_topology())
+    topology = live_topology()
+    records, check = train.bench_train(request, lambda case: train_expected(case, topology))
     for r in records:
         assert r["status"] == "ok", r
         assert 0 < r["mfu_measured_peak"] < 1 and 0 < r["mfu"] < 1

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from topowise import hardware
 from topowise.errors import UsageError
 from topowise.topology.cluster import Cluster, NetworkSpec, load_cluster, make_cluster, parse_cluster_name
+from topowise.topology.model import Wiring
 from topowise.topology.presets import load_preset, preset_names
 
 EXAMPLES = ["4x hgx-h100-8+ib-ndr", "2x h100-nvl-8+roce-200", "4x pcie-l40s-8+eth-100", "3x h200-x2+ib-hdr"]
@@ -68,7 +69,7 @@ def test_islands_are_each_nodes_islands_shifted():
 
 def test_bottleneck_across_nodes_is_min_of_node_ring_and_nics():
     c = load_cluster("2x dgx-a100-8+ib-hdr")
-    # facts.md: DGX A100 x N with 8x HDR 200G: ~192 GB/s busbw, the sum of the node's NICs
+    # DGX A100 x N with 8x HDR 200G: ~192 GB/s busbw, the sum of the node's NICs (NVIDIA/nccl issue 1576)
     assert c.bottleneck_gbps(c.indices) == pytest.approx(8 * hardware.NIC_GBPS["ib-hdr"])
     # inside one node the node's own answer
     assert c.bottleneck_gbps(range(8)) == load_preset("dgx-a100-8").bottleneck_gbps(range(8))
@@ -198,3 +199,34 @@ def test_cluster_report_tiers_share_warnings_and_selection():
     assert Cluster.from_dict(r) == c  # the report reads back as the cluster (`topo --json` then `--file`)
     fast = cluster_report(load_cluster("2x hgx-h100-8+ib-ndr"), environ={})
     assert not any("network's pace" in w for w in fast["warnings"])  # 8x NDR: 384 GB/s against NVLink's 478
+
+
+# --- one interface (Wiring) for a node and a cluster ---------------------------------------------
+WIRING_MEMBERS = list(Wiring.__annotations__) + [
+    name for name, value in vars(Wiring).items() if callable(value) and not name.startswith("_")]
+
+
+@pytest.mark.parametrize("topo", [load_preset("h100-nvl-8"), load_cluster("2x h100-nvl-8+roce-200")],
+                         ids=["topology", "cluster"])
+def test_topology_and_cluster_answer_every_wiring_member(topo):
+    missing = [name for name in WIRING_MEMBERS if not hasattr(topo, name)]
+    assert not missing
+
+
+def test_a_topology_is_one_node_of_itself():
+    node = load_preset("h100-nvl-8")
+    assert (node.num_nodes, node.gpus_per_node, node.node, node.network) == (1, 8, node, None)
+    assert node.nodes_spanned((0, 5, 7)) == (0,)
+    assert node.per_node((5, 0, 7)) == {0: (0, 5, 7)}
+    assert node.network_gbps(range(8)) == float("inf")
+
+
+def test_a_one_node_cluster_answers_as_its_node():
+    node = load_preset("h100-nvl-8")
+    one = load_cluster("1x h100-nvl-8+roce-200")
+    for gpus in [(0, 1), (0, 2), (0, 1, 2, 3), tuple(range(8))]:
+        assert one.bottleneck_gbps(gpus) == node.bottleneck_gbps(gpus)
+        assert one.islands_spanned(gpus) == node.islands_spanned(gpus)
+        assert one.nodes_spanned(gpus) == node.nodes_spanned(gpus) == (0,)
+        assert one.per_node(gpus) == node.per_node(gpus)
+    assert one.network is not None and node.network is None  # what tells `topo` to show the network

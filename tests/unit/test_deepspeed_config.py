@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from topowise.costmodel.deepspeed import bucket_elements
 from topowise.export import LaunchPlan, render
-from topowise.export.deepspeed import bucket_elements, deepspeed_config, zero_config
+from topowise.export.deepspeed import deepspeed_config, zero_config
 from topowise.measure.deepspeed_engine import CPU_BUCKET_ELEMENTS, engine_config
 
 

@@ -5,7 +5,6 @@ import sys
 import pytest
 
 from topowise.errors import UsageError
-from topowise.measure import deepspeed_engine as D
 from topowise.measure import train
 
 pytest.importorskip("torch")
@@ -17,7 +16,7 @@ def no_deepspeed(monkeypatch):
 
 
 def test_missing_deepspeed_is_a_usage_error_with_the_install_hint(no_deepspeed):
-    assert not D.deepspeed_available()
+    assert not train.deepspeed_available()
     with pytest.raises(UsageError, match=r"topowise\[deepspeed\]"):
         train.make_request(model="tiny", strategies="zero2", device="cpu", engine="deepspeed")
     train.make_request(model="tiny", strategies="zero2", device="cpu")  # the PyTorch engine needs none
@@ -37,19 +36,19 @@ def test_strategies_deepspeed_does_not_run_are_named():
     with pytest.raises(UsageError, match="ddp, hsdp"):
         train.make_request(model="tiny", strategies="zero1,ddp,hsdp", device="cpu", engine="deepspeed")
     with pytest.raises(UsageError, match="unknown engine"):
-        D.check_request("megatron", ("zero1",))
+        train.check_engine("megatron", ("zero1",))
 
 
 def test_request_and_record_carry_the_engine():
     pytest.importorskip("deepspeed")
     req = train.make_request(model="tiny", strategies="zero1,fsdp", device="cpu", engine="deepspeed", seq_len=32)
-    assert [(c.strategy, c.engine) for c in req.cases] == [("zero1", "deepspeed"), ("zero3", "deepspeed")]
+    assert [(c.run.strategy, c.run.engine) for c in req.cases] == [("zero1", "deepspeed"), ("zero3", "deepspeed")]
     case = req.cases[0]
     assert train.TrainCase.from_dict(case.to_dict()) == case
     result = {"status": "ok", "step_time_s": 0.5, "losses": [6.0, 5.9], "deepspeed_version": "0.19.8",
               "deepspeed_config": {"zero_optimization": {"stage": 1}}}
-    rec = train.make_record(case, req.spec, 2, result, {})
+    rec = train.make_record(case, result)
     assert rec["engine"] == "deepspeed" and rec["deepspeed_version"] == "0.19.8"
     assert rec["deepspeed_config"]["zero_optimization"]["stage"] == 1
     default = train.make_request(model="tiny", strategies="zero1", device="cpu")
-    assert default.cases[0].engine == "pytorch"
+    assert default.cases[0].run.engine == "pytorch"

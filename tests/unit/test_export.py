@@ -8,9 +8,10 @@ import subprocess
 
 import pytest
 
+from topowise.costmodel.deepspeed import MAX_BUCKET_ELEMENTS, bucket_elements
 from topowise.errors import UsageError
 from topowise.export import KINDS, LaunchPlan, load_plan_file, render
-from topowise.export.deepspeed import MAX_BUCKET_ELEMENTS, bucket_elements, deepspeed_config
+from topowise.export.deepspeed import deepspeed_config
 from topowise.export.torchrun import launch_config, script_args, torchrun_script
 from topowise.export.torchtitan import torchtitan_args
 
@@ -46,6 +47,23 @@ def test_foreign_plan_file_is_usage_error(text, tmp_path):
     path = tmp_path / "x.json"
     path.write_text(text)
     with pytest.raises(UsageError):
+        load_plan_file(str(path))
+
+
+def test_plan_file_strategy_and_shard_group_are_checked_as_a_run(tmp_path):
+    path = tmp_path / "plan.json"
+    data = make_plan("zero3").to_dict()
+    data["plan"]["strategy"] = "fsdp"  # the alias reads back as its strategy
+    path.write_text(json.dumps(data))
+    assert load_plan_file(str(path)).strategy == "zero3"
+    data["plan"]["strategy"] = "zero4"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="unknown strategy 'zero4'"):
+        load_plan_file(str(path))
+    data = make_plan("hsdp", gpus=range(8), shard=2).to_dict()
+    data["plan"]["shard_group_size"] = 3
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="does not divide 8 GPUs"):
         load_plan_file(str(path))
 
 

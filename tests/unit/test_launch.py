@@ -20,7 +20,8 @@ def plan_file(tmp_path, capsys):
 
 
 def test_dry_run_prints_env_then_torchrun(plan_file, capsys):
-    assert main(["launch", "--plan", str(plan_file), "--dry-run", "--", "python", "-m", "my.train", "--tag", "a b"]) == 0
+    assert main(["launch", "--plan", str(plan_file), "--dry-run", "--",
+                 "python", "-m", "my.train", "--tag", "a b"]) == 0
     words = shlex.split(capsys.readouterr().out)
     assert words[0] == "CUDA_VISIBLE_DEVICES=0,1"
     start = words.index("torchrun")
@@ -75,3 +76,29 @@ def test_launch_execs_torchrun_with_the_plan_env(plan_file, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "rank0").read_text() == "0,1 2"
     assert (tmp_path / "rank1").read_text() == "0,1 2"
+
+
+# --- topowise.measure.launcher: the one place that starts processes ----------------------------------
+
+def test_job_size_from_torchrun_or_srun(monkeypatch):
+    from topowise.measure.launcher import job_size
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(key, raising=False)
+    assert job_size() is None
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert job_size() == (8, 4)  # torchrun: two nodes of four
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2(x2)")
+    assert job_size() == (4, 2)  # srun, before the rank joins the group
+
+
+def test_run_topowise_gives_the_childs_exit_status():
+    from topowise.measure.launcher import run_topowise
+
+    assert run_topowise(["bench", "comm", "--backend", "gloo", "--ops", "allscatter"]) == 2

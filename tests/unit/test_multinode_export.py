@@ -4,8 +4,13 @@ import subprocess
 
 import pytest
 
-from topowise.export.multinode import (nccl_network_env, network_notes, sbatch_multinode, torchrun_node_argv,
-                                       torchrun_per_node)
+from topowise.export.multinode import (
+    nccl_network_env,
+    network_notes,
+    sbatch_multinode,
+    torchrun_node_argv,
+    torchrun_per_node,
+)
 
 SCRIPT = ["train.py", "--config", "a b.toml"]
 

@@ -6,22 +6,29 @@ import shlex
 import pytest
 
 from topowise.cli.main import main
-from topowise.costmodel import predict
+from topowise.costmodel.predict import predict
+from topowise.errors import UsageError
 from topowise.export import LaunchPlan, render
+from topowise.export.torchrun import launch_config
 from topowise.models.spec import load_model
 from topowise.planner.search import plan
+from topowise.run import Run
 from topowise.topology import load_topology
 
 MODEL = load_model("llama3.1-8b")
 
 
+def step(topology, gpus, strategy, **kw):
+    return predict(Run(MODEL, gpus, strategy, **kw), topology)
+
+
 def test_collectives_across_nodes_are_priced_on_the_network():
     c = load_topology("2x hgx-h100-8+ib-ndr")
-    p = predict(MODEL, c, c.indices, "zero3")
+    p = step(c, c.indices, "zero3")
     assert {x.link for x in p.time.collectives} == {"NET"}
-    inside = predict(MODEL, c, tuple(range(8)), "zero3")
+    inside = step(c, range(8), "zero3")
     assert "NET" not in {x.link for x in inside.time.collectives}
-    h = predict(MODEL, c, c.indices, "hsdp", shard_group_size=8)
+    h = step(c, c.indices, "hsdp", shard_group_size=8)
     links = {(x.op, x.link) for x in h.time.collectives}
     assert ("all_reduce", "NET") in links and ("all_gather", "NV") in links  # gathers stay in the node
 
@@ -30,7 +37,7 @@ def test_more_nodes_never_speed_up_a_step_at_fixed_per_gpu_work():
     times = []
     for nodes in (1, 2, 8, 32):
         c = load_topology(f"{nodes}x pcie-l40s-8+eth-100")
-        times.append(predict(MODEL, c, c.indices, "zero3", activation_checkpointing=True).step_time_s)
+        times.append(step(c, c.indices, "zero3", activation_checkpointing=True).step_time_s)
     assert times == sorted(times)
 
 
@@ -38,12 +45,12 @@ def test_hsdp_beats_fsdp_across_many_nodes():
     # 1024 GPUs: FSDP's all-gathers and reduce-scatters are rings over 1024 ranks (NCCL has no tree for
     # them), HSDP's are rings of 8 inside a node plus one all-reduce across 128 nodes
     c = load_topology("128x hgx-h100-8+ib-ndr")
-    z3 = predict(MODEL, c, c.indices, "zero3")
-    h = predict(MODEL, c, c.indices, "hsdp", shard_group_size=8)
+    z3 = step(c, c.indices, "zero3")
+    h = step(c, c.indices, "hsdp", shard_group_size=8)
     assert h.step_time_s < z3.step_time_s
     small = load_topology("2x hgx-h100-8+ib-ndr")
-    assert predict(MODEL, small, small.indices, "zero3").step_time_s < \
-        predict(MODEL, small, small.indices, "hsdp", shard_group_size=8).step_time_s
+    assert (step(small, small.indices, "zero3").step_time_s
+            < step(small, small.indices, "hsdp", shard_group_size=8).step_time_s)
 
 
 def test_plan_ranks_across_nodes_with_reasons():
@@ -83,14 +90,11 @@ def test_slurm_export_across_nodes():
 def test_torchrun_export_one_line_per_node_and_launch_refuses():
     lp = _launch_plan("2x hgx-h100-8+ib-ndr", 16)
     text = render("torchrun", lp)
-    commands = [l for l in text.splitlines() if l and not l.startswith("#")]
+    commands = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert [shlex.split(c)[-1] for c in commands] == ["train.py", "train.py"]
     assert ["--node-rank=0" in c for c in commands] == [True, False]
     assert all("--nnodes=2" in c and "--rdzv-backend=c10d" in c for c in commands)
     assert "NCCL_IB_HCA" in text  # presets do not know HCA names: the script says where to set them
-    from topowise.errors import UsageError
-    from topowise.export.torchrun import launch_config
-
     with pytest.raises(UsageError, match="spans 2 nodes"):
         launch_config(lp, ["train.py"])
     with pytest.raises(UsageError, match="across 2 nodes"):

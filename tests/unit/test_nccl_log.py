@@ -64,7 +64,8 @@ def test_nothing_useful_is_unknown():
 
 def test_reads_every_rank_file(tmp_path):
     (tmp_path / "nccl.h200.4242.log").write_text(NVLINK_2GPU)
-    (tmp_path / "nccl.h200.4243.log").write_text("h200:4243:1 [1] NCCL INFO Channel 05/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n")
+    (tmp_path / "nccl.h200.4243.log").write_text(
+        "h200:4243:1 [1] NCCL INFO Channel 05/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n")
     pattern = str(tmp_path / "nccl.%h.%p.log")
     assert debug_file_glob(pattern).endswith("nccl.*.*.log")
     log = read_logs(pattern)

@@ -5,16 +5,23 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from topowise import hardware
-from topowise.costmodel import comm, network
-from topowise.costmodel.network import (Group, algorithm_time_s, collective_time_s, crossover_bytes, describe_group,
-                                        network_traffic, step_collectives)
+from topowise.costmodel import collectives, comm, network
+from topowise.costmodel.network import (
+    Group,
+    algorithm_time_s,
+    collective_time_s,
+    crossover_bytes,
+    describe_group,
+    network_traffic,
+    step_collectives,
+)
 from topowise.costmodel.profile import default_profile
 from topowise.errors import UsageError
 from topowise.topology.cluster import NetworkSpec, load_cluster, make_cluster
 from topowise.topology.presets import load_preset
+from topowise.units import GIB, KIB, MIB
 
 PROFILE = default_profile()
-KIB, MIB, GIB = 1024, 1024**2, 1024**3
 
 
 def cluster(nodes, node="hgx-h100-8", net="ib-ndr", nics=0):
@@ -53,7 +60,7 @@ def test_tree_serves_all_reduce_only():
 
 
 def test_dgx_a100_busbw_matches_published_measurement():
-    # facts.md: DGX A100 x N, 8x HDR 200G per node: ~192 GB/s all_reduce busbw (NVIDIA/nccl issue 1576)
+    # DGX A100 x N, 8x HDR 200G per node: ~192 GB/s all_reduce busbw (NVIDIA/nccl issue 1576)
     c = load_cluster("2x dgx-a100-8+ib-hdr")
     t, detail = collective_time_s("all_reduce", GIB, c.indices, c, PROFILE)
     busbw = GIB / t * 2 * (c.num_gpus - 1) / c.num_gpus / 1e9
@@ -109,8 +116,8 @@ def _step_comm_s(strategy, params, c, shard=None):
     """Sum of the step's collectives (one of each) on the whole cluster."""
     members = c.indices
     shard = shard or c.gpus_per_node
-    groups = network.strategy_groups(members, c, shard)
-    return sum(collective_time_s(op, nbytes, groups[which], c, PROFILE)[0]
+    groups = network.strategy_groups(members, shard)
+    return sum(collectives.call_cost(op, nbytes, groups[which], c, PROFILE)[0]
                for op, nbytes, which in step_collectives(strategy, params, shard))
 
 
@@ -128,15 +135,17 @@ def test_more_nodes_never_make_a_step_faster_at_fixed_per_gpu_work(nodes, extra,
     assert compute_s + _step_comm_s(strategy, params, big) >= compute_s + _step_comm_s(strategy, params, small) - 1e-12
 
 
-def test_single_node_groups_defer_to_comm_py():
+def test_single_node_groups_are_comm_pys():
     c = cluster(2, "h100-nvl-8")
-    t, detail = collective_time_s("all_reduce", 64 * MIB, (0, 1, 2, 3), c, PROFILE)
+    t, bus = collectives.call_cost("all_reduce", 64 * MIB, (0, 1, 2, 3), c, PROFILE)
     line, link = comm.group_link(load_preset("h100-nvl-8"), (0, 1, 2, 3))
     assert t == pytest.approx(comm.collective_time("all_reduce", 64 * MIB, 4, line, link, PROFILE))
-    assert detail["network_bytes_per_gpu"] == 0.0
+    assert bus == pytest.approx(line * PROFILE.comm(link, "all_reduce")[0])
     # the same on a plain node topology
-    t2, _ = collective_time_s("all_reduce", 64 * MIB, (0, 1, 2, 3), load_preset("h100-nvl-8"), PROFILE)
+    t2, _ = collectives.call_cost("all_reduce", 64 * MIB, (0, 1, 2, 3), load_preset("h100-nvl-8"), PROFILE)
     assert t2 == pytest.approx(t)
+    with pytest.raises(ValueError, match="one node"):  # network.py prices groups across nodes only
+        collective_time_s("all_reduce", 64 * MIB, (0, 1, 2, 3), c, PROFILE)
 
 
 def test_network_traffic_per_strategy():
@@ -177,12 +186,13 @@ def test_zero_bytes_cost_latency_only():
     assert 0 < t < 1e-3 and math.isfinite(t)
 
 
-def test_collective_cost_for_comm_py():
+def test_collective_across_nodes_is_network_pys():
     c = cluster(2)
     groups = [tuple(range(s, 16, 8)) for s in range(8)]  # HSDP replica groups: one GPU per node
-    cost = network.collective_cost("all_reduce", 64 * MIB, "fp32", groups, c, 3, "backward", PROFILE)
+    cost = collectives.collective("all_reduce", 64 * MIB, "fp32", groups[0], c, 3, "backward", PROFILE, groups)
     t, detail = collective_time_s("all_reduce", 64 * MIB, groups[0], c, PROFILE)
     assert cost.link == "NET" and cost.group_size == 2 and cost.count == 3
     assert cost.time_s == pytest.approx(3 * t)
     assert cost.bandwidth_gbps == pytest.approx(c.network_gbps_per_gpu)  # one GPU per node: its NIC share
-    assert network.spans_nodes(c, groups[0]) and not network.spans_nodes(c, range(8))
+    assert collectives.spans_nodes(c, groups[0]) and not collectives.spans_nodes(c, range(8))
+    assert not collectives.spans_nodes(load_preset("hgx-h100-8"), range(8))

@@ -1,11 +1,11 @@
-"""TOPOWISE_BENCH_PIN: each local rank on its own equal, disjoint slice of the allowed CPUs."""
+"""bench train --pin-cpus: each local rank on its own equal, disjoint slice of the allowed CPUs."""
 
 import os
 import threading
 
 import pytest
 
-from topowise.measure.launcher import cores_for_local_rank, pin_to_cores
+from topowise.measure.rank import cores_for_local_rank, pin_to_cores
 
 
 def test_slices_are_equal_and_disjoint():
@@ -17,17 +17,11 @@ def test_slices_are_equal_and_disjoint():
     assert cores_for_local_rank([0], 1, 2) == [0]  # fewer CPUs than ranks: unchanged
 
 
-def test_off_unless_asked(monkeypatch):
-    monkeypatch.delenv("TOPOWISE_BENCH_PIN", raising=False)
-    assert pin_to_cores() is None
-
-
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs Linux affinity and two CPUs")
 def test_pins_every_thread_of_the_process(monkeypatch):
     before = os.sched_getaffinity(0)
     allowed = sorted(before)
-    monkeypatch.setenv("TOPOWISE_BENCH_PIN", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     stop = threading.Event()

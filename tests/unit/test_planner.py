@@ -7,8 +7,13 @@ import pytest
 from topowise.cli.main import main
 from topowise.errors import UsageError
 from topowise.models.spec import load_model
-from topowise.planner.candidates import (enumerate_candidates, gpu_counts, placements, shard_group_sizes,
-                                         strategy_options)
+from topowise.planner.candidates import (
+    enumerate_candidates,
+    gpu_counts,
+    placements,
+    shard_group_sizes,
+    strategy_options,
+)
 from topowise.planner.explain import gpu_list, groups_text
 from topowise.planner.search import plan
 from topowise.topology.presets import load_preset

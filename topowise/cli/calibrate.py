@@ -1,6 +1,6 @@
 """`topowise calibrate`: measure this machine, fit the cost model's parameters, write a profile.
 
-The measuring and fitting are in topowise.calibrate; this module checks flags and renders.
+The measuring and fitting are in the topowise.calibrate package; this module checks flags and renders.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def default_device_and_nproc(device: str | None, nproc: int | None) -> tuple[str
     """--device / --nproc defaults: cuda with every visible GPU when NVML sees some, else an error."""
     import os
 
-    from topowise.calibrate import gpu_inventory
+    from topowise.costmodel.profile_store import gpu_inventory
     from topowise.errors import UsageError
 
     if device == "cpu":
@@ -53,23 +53,23 @@ def default_device_and_nproc(device: str | None, nproc: int | None) -> tuple[str
 
 
 def parse_fit_names(text: str | None) -> list[str] | None:
-    from topowise.calibrate import PARAM_BOUNDS, STRATEGY_ORDER
+    from topowise.calibrate.fit import STEP_TIME_PARAMS
     from topowise.errors import UsageError
+    from topowise.run import STRATEGY_NAMES
 
     if not text:
         return None
-    valid = ["compute_efficiency", "hbm_efficiency", "activation_traffic"] + [f"overlap.{s}" for s in STRATEGY_ORDER]
+    valid = list(STEP_TIME_PARAMS) + [f"overlap.{s}" for s in STRATEGY_NAMES]
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in valid]
     if bad or not names:
         raise UsageError(f"--fit {text!r}: unknown parameter(s) {', '.join(bad) or '(none given)'}; "
                          f"choose from {', '.join(valid)}")
-    assert all(n in PARAM_BOUNDS or n.startswith("overlap.") for n in names)
     return names
 
 
 def run(args: argparse.Namespace) -> int:
-    from topowise.calibrate import calibrate
+    from topowise.calibrate.driver import calibrate
     from topowise.errors import UsageError
 
     if args.timeout <= 0:
@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 def render(result) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from topowise.units import GIB
 
     console = Console()
     if not console.is_terminal:
@@ -145,7 +147,7 @@ def render(result) -> None:
             pct = lambda v: "-" if v is None else f"{100 * v:+.1f}%"
             runs.add_row(f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}", d["fabric"],
                          fmt(p_["step_time_s"], 1e3), fmt(m["step_time_s"], 1e3), pct(d["step_time_error"]),
-                         fmt(p_["allocated_bytes"], 1 / 1024**3), fmt(m["peak_memory_bytes"], 1 / 1024**3),
+                         fmt(p_["allocated_bytes"], 1 / GIB), fmt(m["peak_memory_bytes"], 1 / GIB),
                          pct(d["peak_memory_error"]))
         console.print(runs)
     for failed in rep.get("failed", []):

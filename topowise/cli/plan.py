@@ -64,7 +64,7 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
     if num_gpus is not None and num_gpus > topo.num_gpus:
         raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
     gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
-    from topowise.calibrate import resolve_profile
+    from topowise.costmodel.profile_store import resolve_profile
 
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
     result = plan(model, topo, num_gpus=num_gpus, gpus=gpus, micro_batches=(micro_batch,) if micro_batch else None,

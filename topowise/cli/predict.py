@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-GIB = 1024**3
+from topowise.units import GIB
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,22 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prediction_from_args(args: argparse.Namespace):
     """Parse and check the arguments, then predict (no rendering here)."""
+    from topowise.costmodel.predict import predict
     from topowise.costmodel.profile import default_profile
-    from topowise.costmodel.step import normalize_strategy, predict
+    from topowise.costmodel.profile_store import resolve_profile
     from topowise.errors import UsageError
     from topowise.models.spec import load_model
+    from topowise.run import Run
     from topowise.topology import load_topology
     from topowise.topology.model import parse_gpu_list
 
-    strategy = normalize_strategy(args.strategy)
-    if args.micro_batch < 1:
-        raise UsageError(f"--micro-batch must be a positive number of sequences, not {args.micro_batch}")
-    if args.seq_len < 1:
-        raise UsageError(f"--seq-len must be a positive number of tokens, not {args.seq_len}")
-    if args.shard_group_size is not None and args.shard_group_size < 1:
-        raise UsageError(f"--shard-group-size must be a positive number of GPUs, not {args.shard_group_size}")
-    if args.shard_group_size is not None and strategy != "hsdp":
-        raise UsageError(f"--shard-group-size applies to --strategy hsdp, not {strategy}")
     model = load_model(args.model)
     topo = load_topology(args.topology)
     if args.gpus is not None:
@@ -58,13 +51,11 @@ def prediction_from_args(args: argparse.Namespace):
             raise UsageError(f"--num-gpus {args.num_gpus}: topology {topo.name!r} has {topo.num_gpus} GPUs; "
                              f"choose 1 to {topo.num_gpus}")
         gpus = topo.best_subset(args.num_gpus)
-    from topowise.calibrate import resolve_profile
-
-    profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False)) or default_profile()
-    return predict(model, topo, gpus, strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
-                   activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
-                   shard_group_size=args.shard_group_size, profile=profile,
-                   engine=getattr(args, "engine", "pytorch"))
+    run = Run(model, gpus, args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
+              activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
+              shard_group_size=args.shard_group_size, engine=args.engine)
+    profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()
+    return predict(run, topo, profile)
 
 
 def run(args: argparse.Namespace) -> int:

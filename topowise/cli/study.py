@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"model preset or Hugging Face config.json (default {DEFAULT_MODEL})")
     parser.add_argument("--topologies", default=None,
-                        help=f"comma-separated presets, topology files or 'live' (default {','.join(DEFAULT_TOPOLOGIES)}"
+                        help="comma-separated presets, topology files or 'live' "
+                             f"(default {','.join(DEFAULT_TOPOLOGIES)}"
                              ", plus the live node when there is one)")
     parser.add_argument("--out", default="study", help="output folder (default ./study)")
     parser.add_argument("--num-gpus", type=int, default=None,
@@ -92,7 +93,7 @@ def _run_with_progress(st, model, topologies, args, profile, console):
 
 def _load_profile(path: str | None, topologies=()):
     """--profile FILE as given, else the cached profile of this machine when every topology has its GPUs."""
-    from topowise.calibrate import resolve_profile
+    from topowise.costmodel.profile_store import resolve_profile
 
     return resolve_profile(path, [t.gpus[0].name for _label, t in topologies if t.gpus], check=False)
 

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<{width}}  {presets.describe(name)}")
         return 0
     topo = _load(args)
-    if hasattr(topo, "num_nodes"):  # a cluster: tiers and the network share, not an n x n matrix
+    if topo.network is not None:  # a cluster: tiers and the network share, not an n x n matrix
         from topowise.topology.cluster import cluster_report
         from topowise.topology.model import parse_gpu_list
 
@@ -108,8 +108,8 @@ def _load_file(path: str, gpu_name: str | None):
 
 
 def _render(report: dict) -> None:
-    from rich.console import Console
     from rich import box
+    from rich.console import Console
     from rich.table import Table
 
     console = Console()
@@ -138,7 +138,8 @@ def _render(report: dict) -> None:
             else:
                 label = f"NV{p['nvlinks']}" if p["kind"] == "NV" else p["kind"]
                 style = "green" if p["kind"] == "NV" else "yellow"
-                row.append(f"[{style}]{label}\n{p['gbps']:.3g}[/{style}]" + ("" if p.get("p2p_supported", True) else " !p2p"))
+                p2p = "" if p.get("p2p_supported", True) else " !p2p"
+                row.append(f"[{style}]{label}\n{p['gbps']:.3g}[/{style}]" + p2p)
         matrix.add_row(f"GPU{g['index']}", *row, "-" if g.get("numa_node") is None else str(g["numa_node"]))
     console.print(matrix)
 

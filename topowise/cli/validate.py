@@ -1,14 +1,13 @@
 """`topowise validate`: predicted vs measured on cases calibration did not use.
 
-The cases, measuring, comparison and plot are in topowise.calibrate; this module checks flags and renders.
+The cases, measuring, comparison and plot are in the topowise.calibrate package; this module checks flags
+and renders.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-
-GIB = 1024**3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PNG", default=None, help="scatter plot (default: FILE.png next to --out)")
     parser.add_argument("--no-plot", action="store_true", help="no scatter plot")
     parser.add_argument("--measured", metavar="FILE.jsonl", default=None,
-                        help="compare these recorded training runs (bench train / validate records) instead of measuring")
+                        help="compare these recorded training runs (bench train / validate records) "
+                             "instead of measuring")
     parser.add_argument("--topology", metavar="T", default=None,
-                        help="with --measured: the topology they ran on (default: the records' meta.json, else this machine)")
+                        help="with --measured: the topology they ran on "
+                             "(default: the records' meta.json, else this machine)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds without progress before a measuring run is stopped (default 300)")
     parser.add_argument("--json", action="store_true", help="print the cases and the summary as JSON")
@@ -35,9 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from topowise import calibrate as cal
+    from topowise.calibrate.launch import META_FILE
+    from topowise.calibrate.validate import validate
     from topowise.cli.calibrate import default_device_and_nproc
     from topowise.costmodel.profile import load_profile
+    from topowise.costmodel.profile_store import (
+        check_profile_for_gpu,
+        check_profile_for_machine,
+        find_cached_profile,
+        machine_fingerprint,
+    )
     from topowise.errors import UsageError
 
     if args.timeout <= 0:
@@ -45,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     topology = None
     if args.measured:
         device, nproc = args.device or "cuda", 0
-        meta = Path(args.measured).with_name(cal.META_FILE)
+        meta = Path(args.measured).with_name(META_FILE)
         if args.topology:
             from topowise.topology import load_topology
 
@@ -59,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         profile, where = load_profile(args.profile), args.profile
     else:
-        found = cal.find_cached_profile() if device == "cuda" else None
+        found = find_cached_profile() if device == "cuda" else None
         if not found:
             raise UsageError("no --profile given and no cached profile for this machine: run `topowise calibrate` "
                              "first, or pass --profile FILE")
@@ -67,13 +75,13 @@ def run(args: argparse.Namespace) -> int:
     if args.measured:  # recorded elsewhere, perhaps: the profile must be of the GPU the records ran on
         gpu = topology.gpus[0].name if topology is not None else None
         if gpu:
-            cal.check_profile_for_gpu(profile, gpu, where, args.force_profile)
+            check_profile_for_gpu(profile, gpu, where, args.force_profile)
     else:
-        cal.check_profile_for_machine(profile, cal.machine_fingerprint(device), where, args.force_profile)
+        check_profile_for_machine(profile, machine_fingerprint(device), where, args.force_profile)
     progress = None if args.json else (lambda line: print(line, flush=True))
-    result = cal.validate(profile=profile, device=device, nproc=nproc, out=args.out, plot=args.plot,
-                          make_plot=not args.no_plot, measured=args.measured, timeout_s=args.timeout,
-                          progress=progress, topology=topology)
+    result = validate(profile=profile, device=device, nproc=nproc, out=args.out, plot=args.plot,
+                      make_plot=not args.no_plot, measured=args.measured, timeout_s=args.timeout,
+                      progress=progress, topology=topology)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -89,7 +97,8 @@ def render(result, where: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from topowise.calibrate import meets_target
+    from topowise.calibrate.validate import meets_target
+    from topowise.units import GIB
 
     console = Console()
     if not console.is_terminal:
@@ -100,7 +109,8 @@ def render(result, where: str) -> None:
     fmt = lambda v, scale, spec: "-" if v is None else spec.format(v * scale)
     for r in result.rows:
         c = r.case
-        name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}" + (" ac" if c.activation_checkpointing else "")
+        name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}" + (
+            " ac" if c.activation_checkpointing else "")
         if r.status != "ok":
             name += f" [red]{r.status}[/]"
         step_style = "red" if r.step_error is not None and abs(r.step_error) > 0.10 else ""
@@ -136,7 +146,8 @@ def render(result, where: str) -> None:
         console.print(f"[red]{problem}[/]")
     if result.rows:
         target = meets_target(s)
-        console.print("target: " + ", ".join(f"{k} {'[green]yes[/]' if v else '[red]no[/]'}" for k, v in target.items()))
+        console.print("target: " + ", ".join(f"{k} {'[green]yes[/]' if v else '[red]no[/]'}"
+                                             for k, v in target.items()))
     if result.out:
         console.print(f"per case: {result.out}")
     if result.plot:

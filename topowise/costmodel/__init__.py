@@ -1,9 +1,5 @@
-"""The cost model: FLOPs, memory, communication and step time for a strategy on a topology.
+"""The cost model: FLOPs, memory, communication and step time of a run on a topology.
 
-No torch here: `predict` and `plan` run anywhere. Formulas and sources: docs/costmodel.md.
+No torch here: `predict` and `plan` run anywhere. The entry point is `costmodel.predict.predict`.
+Formulas and sources: docs/costmodel.md and docs/sources.md.
 """
-
-from topowise.costmodel.profile import Profile, default_profile, load_profile
-from topowise.costmodel.step import STRATEGIES, Prediction, normalize_strategy, predict
-
-__all__ = ["Profile", "default_profile", "load_profile", "STRATEGIES", "Prediction", "normalize_strategy", "predict"]

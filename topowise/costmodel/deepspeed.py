@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO as its own engine: where its buffers and traffic differ from FSDP2's.
 
-`predict(..., engine="deepspeed")` (step.py) comes here. Compute, the loss and the activations are
+`costmodel.predict.predict` comes here for a run with engine "deepspeed". Compute, the loss and the activations are
 the PyTorch engine's (the same bench transformer, bf16 weights so no autocast: as FSDP2's); what
 changes is how DeepSpeed 0.19 holds and moves the training state (bf16 enabled, grad_accum_dtype
 unset, overlap_comm and contiguous_gradients on, torch's fused AdamW as a client optimizer; the
@@ -50,13 +50,25 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from topowise import hardware
 from topowise.costmodel import comm as C
-from topowise.costmodel.memory import (MemoryBreakdown, activation_bytes_per_token_per_layer, breakdown_at_peak,
-                                       block_backward_temp_bytes_per_token, block_input_bytes_per_token,
-                                       head_bytes_per_token, logits_bytes_per_token, rope_bytes)
-from topowise.errors import UsageError
+from topowise.costmodel.collectives import collective
+from topowise.costmodel.memory import (
+    MemoryBreakdown,
+    activation_bytes_per_token_per_layer,
+    block_backward_temp_bytes_per_token,
+    block_input_bytes_per_token,
+    breakdown_at_peak,
+    fits,
+    head_bytes_per_token,
+    logits_bytes_per_token,
+    rope_bytes,
+)
+from topowise.costmodel.prediction import Prediction
+from topowise.costmodel.profile import Profile
+from topowise.costmodel.step import ADAMW_FUSED_BYTES_PER_PARAM, LOSS_BYTES_PER_LOGIT, exposed_time, predict_pytorch
+from topowise.run import Run
 
-STRATEGIES = ("zero1", "zero2", "zero3", "hsdp")  # hsdp: ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size)
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py), used where the config does not say
 DEFAULT_REDUCE_BUCKET = 500_000_000  # reduce_bucket_size, elements
 DEFAULT_ALLGATHER_BUCKET = 500_000_000  # allgather_bucket_size, elements
@@ -69,13 +81,30 @@ MASTER_TO_BF16_BYTES = 4 + 2  # fp32 master read, bf16 parameter written
 BACKWARD_FIRST = "backward-first"  # the first backward gather (zero3 output layer): nothing to hide behind
 
 
+# Buckets: a collective of S bytes over a link of B bytes/s with start-up latency alpha runs at
+# S / (S + alpha B) of the link rate, so S = 9 alpha B reaches 90%. Larger buckets buy nothing but
+# memory and a later start of the overlap. alpha is the intercept of the line t = alpha + S/B through
+# nccl-tests' all_reduce on 2x H200 NV18 at 16 MiB (79.5 us) and 1 GiB (3.26 ms): 29 us, B = 332 GB/s
+# (docs/sources.md, "2x H200 nccl-tests"); the bucket sizes are large messages, so the line through
+# large messages, not the 1 MiB latency the profile's small-message term uses.
+BUCKET_ALPHA_S = 29e-6
+BUCKET_TARGET_EFFICIENCY = 0.9
+MIN_BUCKET_ELEMENTS = 1_000_000  # below this, per-bucket launch overhead dominates whatever the link
+MAX_BUCKET_ELEMENTS = DEFAULT_REDUCE_BUCKET  # DeepSpeed's own default reduce/allgather bucket size
+
+
+def bucket_elements(link_gbps: float | None, bytes_per_element: int) -> int:
+    """Elements per bucket so one collective reaches BUCKET_TARGET_EFFICIENCY of the link (rounded to 1e6)."""
+    if not link_gbps or link_gbps == float("inf"):
+        return MAX_BUCKET_ELEMENTS  # one GPU or an unknown link: DeepSpeed's default
+    ratio = BUCKET_TARGET_EFFICIENCY / (1 - BUCKET_TARGET_EFFICIENCY)
+    size_bytes = ratio * BUCKET_ALPHA_S * link_gbps * 1e9
+    elements = round(size_bytes / bytes_per_element / 1e6) * 1_000_000
+    return int(min(max(elements, MIN_BUCKET_ELEMENTS), MAX_BUCKET_ELEMENTS))
+
+
 def deepspeed_buckets(model, link_gbps: float | None) -> dict:
     """The bucket sizes (elements) `plan --export deepspeed` and `bench train --engine deepspeed` use."""
-    try:
-        from topowise.export.deepspeed import bucket_elements
-    except ImportError:  # exports not there: DeepSpeed's defaults
-        return {"reduce": DEFAULT_REDUCE_BUCKET, "allgather": DEFAULT_ALLGATHER_BUCKET,
-                "prefetch": DEFAULT_PREFETCH_BUCKET}
     size = bucket_elements(link_gbps, 2)
     return {"reduce": size, "allgather": size, "prefetch": size}
 
@@ -96,11 +125,11 @@ def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: di
     if n < 2:
         return ()
     P = model.params
-    col = lambda op, nbytes, count, phase: C.collective(op, nbytes, "bf16", group, topo, count, phase, profile)
+    col = lambda op, nbytes, count, phase: collective(op, nbytes, "bf16", group, topo, count, phase, profile)
     if strategy == "hsdp" and shard_group_size and shard_group_size < n:  # hpZ: backward gathers in the group
         groups = C.shard_groups(topo, gpus, shard_group_size)
-        back = lambda op, nbytes, count, phase: C.collective(op, nbytes, "bf16", groups[0], topo, count, phase,
-                                                             profile, groups)
+        back = lambda op, nbytes, count, phase: collective(op, nbytes, "bf16", groups[0], topo, count, phase,
+                                                           profile, groups)
     else:
         back = col
     out = []
@@ -181,60 +210,40 @@ def deepspeed_copy_bytes(model, strategy: str, n: int) -> float:
     return (GRAD_TO_BUCKET_BYTES * model.params + GRAD_TO_FP32_BYTES * local + MASTER_TO_BF16_BYTES * local)
 
 
-def predict_deepspeed(model, topo, gpus, strategy: str, *, micro_batch: int = 1, seq_len: int = 4096,
-                      activation_checkpointing: bool = False, fabric: str = "nvlink",
-                      shard_group_size: int | None = None, profile=None, grad_accum_fp32: bool = False,
-                      link_gbps: float | None = None):
-    """A step.Prediction for DeepSpeed ZeRO: the PyTorch engine's compute and loss, DeepSpeed's
-    state, buffers and collectives. Buckets are sized to the group's link as the export sizes them.
+def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
+    """A Prediction for DeepSpeed ZeRO: the PyTorch engine's compute and loss, DeepSpeed's state,
+    buffers and collectives. Buckets are sized to the group's link as the export sizes them.
     DeepSpeed's host time per block has not been measured: no host term (GPU-bound)."""
-    from topowise import hardware
-    from topowise.costmodel import step as S
-    from topowise.costmodel.memory import fits
-    from topowise.costmodel.profile import default_profile
-
-    strategy = S.normalize_strategy(strategy)
-    if strategy not in STRATEGIES:
-        raise UsageError(f"--engine deepspeed predicts zero1, zero2, zero3 and hsdp (as ZeRO-3 with hpZ), "
-                         f"not {strategy} (--engine pytorch predicts it)")
-    profile = profile or default_profile()
-    base = S.predict(model, topo, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len,
-                     activation_checkpointing=activation_checkpointing, fabric=fabric,
-                     shard_group_size=shard_group_size, profile=profile)
-    shard_group_size = base.shard_group_size  # hsdp: checked, defaulted to the NVLink island
-    gpus = tuple(gpus)
+    base = predict_pytorch(run, topology, profile)
+    model, gpus, strategy, shard_group_size = run.model, run.gpus, run.strategy, run.shard_group_size
     n = len(gpus)
-    wired = topo.without_nvlink() if fabric == "pcie" else topo
-    if link_gbps is None:
-        line = wired.bottleneck_gbps(gpus)
-        link_gbps = None if line == math.inf else line
-    buckets = deepspeed_buckets(model, link_gbps)
-    collectives = deepspeed_collectives(model, wired, gpus, strategy, profile, buckets, shard_group_size)
+    line = topology.bottleneck_gbps(gpus)
+    buckets = deepspeed_buckets(model, None if line == math.inf else line)
+    collectives = deepspeed_collectives(model, topology, gpus, strategy, profile, buckets, shard_group_size)
 
     t = base.time
-    tokens = micro_batch * seq_len
-    hbm = hardware.hbm_bytes_per_s(wired.gpu_spec.name) * profile.hbm_efficiency
-    copy_bytes = S.LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + deepspeed_copy_bytes(model, strategy, n)
+    tokens = run.tokens
+    hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
+    copy_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + deepspeed_copy_bytes(model, strategy, n)
     # the blocks' elementwise work is the model's own (bf16 throughout under DeepSpeed)
     copy_bytes += profile.activation_traffic * activation_bytes_per_token_per_layer(model) * tokens * model.num_layers
     memory_bound_s = copy_bytes / hbm
-    optimizer_s = S.ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm
+    optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm
     overlap = profile.overlap.get(strategy, 0.0)
     fixed = sum(c.time_s for c in collectives if c.phase in C.EXPOSED_PHASES + (BACKWARD_FIRST,))
     fwd = sum(c.time_s for c in collectives if c.phase == C.FORWARD)
     bwd = sum(c.time_s for c in collectives if c.phase == C.BACKWARD)
-    exposed = fixed + S.exposed_time(fwd, t.forward_s, overlap) + S.exposed_time(bwd, t.backward_s, overlap)
+    exposed = fixed + exposed_time(fwd, t.forward_s, overlap) + exposed_time(bwd, t.backward_s, overlap)
     step = t.compute_s + memory_bound_s + optimizer_s + exposed
-    memory = deepspeed_memory(model, strategy, n, micro_batch=micro_batch, seq_len=seq_len,
-                              activation_checkpointing=activation_checkpointing,
+    memory = deepspeed_memory(model, strategy, n, micro_batch=run.micro_batch, seq_len=run.seq_len,
+                              activation_checkpointing=run.activation_checkpointing,
                               gpu_memory_bytes=base.memory.gpu_memory_bytes, profile=profile, buckets=buckets,
-                              grad_accum_fp32=grad_accum_fp32, shard_group_size=shard_group_size)
+                              shard_group_size=shard_group_size)
     per_gpu = tokens / step
     model_flops = base.mfu * base.step_time_s  # mfu = model FLOPs / step / peak: keep FLOPs / peak
-    extra = {"engine": "deepspeed"} if "engine" in getattr(type(base), "__dataclass_fields__", {}) else {}
     return replace(
         base, step_time_s=step, tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
         time=replace(t, comm_s=sum(c.time_s for c in collectives), exposed_comm_s=exposed,
                      collectives=collectives, memory_bound_s=memory_bound_s, optimizer_s=optimizer_s,
                      host_s=0.0, host_wait_s=0.0),
-        memory=memory, fits=fits(memory, profile), mfu=model_flops / step, **extra)
+        memory=memory, fits=fits(memory, profile), mfu=model_flops / step)

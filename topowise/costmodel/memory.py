@@ -18,8 +18,9 @@ How PyTorch holds the training state (the bench builds exactly this):
 AdamW is fused (one kernel, no temporaries). The peak is the largest of four moments (`phases`),
 each a sum of what is alive then: loss backward (all saved activations + the logits buffers),
 output-layer backward, a block's backward (with checkpointing: one block recomputed), and the end of
-backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator reports (torch.cuda.max_memory_allocated) is
-  `allocated_bytes`; peak_bytes adds allocator slack and the CUDA context (what nvidia-smi shows).
+backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator
+reports (torch.cuda.max_memory_allocated) is `allocated_bytes`; peak_bytes adds allocator slack and
+the CUDA context (what nvidia-smi shows).
 """
 
 from __future__ import annotations
@@ -30,36 +31,18 @@ from topowise.costmodel.comm import block_tensors, root_params
 from topowise.costmodel.flops import flops_params
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec
-
-GIB = 1024**3
-
-# ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, section 3.1/5): mixed-precision Adam holds fp16
-# parameters (2), fp16 gradients (2) and K = 12 bytes of optimizer state (fp32 params, m, v).
-ZERO_PARAM_BYTES, ZERO_GRAD_BYTES, ZERO_K = 2, 2, 12
-SHARDED_STATES = {"ddp": (), "zero1": ("opt",), "zero2": ("opt", "grad"), "zero3": ("opt", "grad", "param"),
-                  "hsdp": ("opt", "grad", "param")}
+from topowise.run import Run, Strategy
 
 
-def model_state_bytes(params: float, strategy: str, n: int) -> float:
-    """Model-state bytes per GPU by the ZeRO paper's accounting (16 bytes per parameter in all):
-    ddp 16P; zero1 4P + 12P/n; zero2 2P + 14P/n; zero3 (and hsdp with n = shard group) 16P/n."""
-    sharded = SHARDED_STATES[strategy]
-    p = ZERO_PARAM_BYTES * params / (n if "param" in sharded else 1)
-    g = ZERO_GRAD_BYTES * params / (n if "grad" in sharded else 1)
-    o = ZERO_K * params / (n if "opt" in sharded else 1)
-    return p + g + o
-
-
-def pytorch_state_bytes(params: float, strategy: str, n: int) -> dict[str, float]:
-    """Model states per GPU as PyTorch holds them here (fp32 params, fp32 grads, fp32 m and v)."""
-    sharded = SHARDED_STATES[strategy]
-    # FSDP2 keeps the fp32 parameters sharded for zero2 too: what zero2 keeps whole from forward to
-    # backward is the unsharded bf16 copy (a buffer in estimate_memory), the ZeRO paper's fp16 params.
-    fsdp = strategy in ("zero2", "zero3", "hsdp")
+def pytorch_state_bytes(params: float, strategy: Strategy, n: int) -> dict[str, float]:
+    """Model states per GPU as PyTorch holds them here (fp32 params, fp32 grads, fp32 m and v), each
+    split over the n GPUs of the shard group where the strategy shards it. FSDP2 keeps the fp32
+    parameters sharded for zero2 too: what zero2 keeps whole from forward to backward is the unsharded
+    bf16 copy (a buffer in estimate_memory), the ZeRO paper's fp16 parameters."""
     return {
-        "params": 4 * params / (n if fsdp else 1),
-        "grads": 4 * params / (n if "grad" in sharded else 1),
-        "optimizer": 8 * params / (n if "opt" in sharded else 1),
+        "params": 4 * params / (n if strategy.fsdp else 1),
+        "grads": 4 * params / (n if "gradients" in strategy.sharded else 1),
+        "optimizer": 8 * params / (n if "optimizer" in strategy.sharded else 1),
     }
 
 
@@ -174,18 +157,17 @@ class MemoryBreakdown:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "MemoryBreakdown":
+    def from_dict(cls, data: dict) -> MemoryBreakdown:
         return cls(**data)
 
 
-def estimate_memory(model: ModelSpec, strategy: str, shard_size: int, *, micro_batch: int, seq_len: int,
-                    activation_checkpointing: bool, gpu_memory_bytes: int, profile: Profile) -> MemoryBreakdown:
-    """Peak bytes per GPU for one training step. shard_size: n for zero1/2/3, the shard group for hsdp."""
-    n = max(shard_size, 1)
-    tokens = micro_batch * seq_len
+def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> MemoryBreakdown:
+    """Peak bytes per GPU for one training step of a placed run."""
+    model, seq_len, activation_checkpointing = run.model, run.seq_len, run.activation_checkpointing
+    tokens = run.tokens
     P = model.params
-    autocast = strategy in ("ddp", "zero1")
-    states = pytorch_state_bytes(P, strategy, n)
+    autocast = run.spec.autocast
+    states = pytorch_state_bytes(P, run.spec, run.shard_size)
     params_b, opt_b, full_grads = states["params"], states["optimizer"], states["grads"]
     # FSDP2's sharded gradients appear during backward (zero_grad(set_to_none=True) freed them);
     # DDP's buckets, which the gradients are views of, are always there.
@@ -207,7 +189,7 @@ def estimate_memory(model: ModelSpec, strategy: str, shard_size: int, *, micro_b
         block_grad = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
         end = {"embedding gradient (fp32, dense)": 4 * model.vocab_size * model.hidden_size}
     else:
-        if strategy == "zero2":
+        if not run.spec.reshard_after_forward:
             base = {"unsharded bf16 params (every unit, forward to backward)": 2 * P}
         else:
             base = {"unsharded bf16 params (root + 2 blocks)": 2 * root + 2 * 2 * block}

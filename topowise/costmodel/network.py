@@ -8,7 +8,8 @@ chunks through both tiers at once, so a collective runs at the slower tier's bus
                    network: k x per-GPU NIC share x NET efficiency (profile, default 1: the NIC
                    rates in hardware.NIC_GBPS are already measured busbw))
 
-(facts.md: DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 NICs x 24 GB/s.)
+(DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 NICs x 24 GB/s: NVIDIA/nccl issue 1576;
+docs/sources.md.)
 
 Time follows NCCL's tuner, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in src/graph/tuning.cc
 (NCCL 2.20.3; quoted as "tuning.cc" below), in microseconds and GB/s:
@@ -33,7 +34,8 @@ NCCL's per-channel caps, the chunk-size pipeline start-up. A fabric that is not 
 changes nothing here: NCCL keeps each ring channel on one NIC index, and crossing the spine costs
 no bandwidth in a non-blocking fat tree (oversubscription, which would, is not modelled).
 
-Groups inside one node defer to costmodel/comm.py (calibrated on this project's measurements).
+Groups inside one node are comm.py's (calibrated on this project's measurements); collectives.py
+sends each group to the model for where it runs.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from topowise.costmodel.profile import Profile, default_profile
+from topowise.costmodel.profile import OPS, Profile, default_profile
 from topowise.errors import UsageError
+from topowise.run import STRATEGIES, normalize_strategy
+from topowise.topology.model import Wiring
+from topowise.units import busbw_factor
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 ALGORITHMS = ("ring", "tree")
 PROTOCOLS = ("LL", "Simple")
 
@@ -82,12 +86,8 @@ class Group:
     net_gbps: float  # k x per-GPU network share, line (measured NIC) rate
 
 
-def describe_group(gpus, topo) -> Group:
+def describe_group(gpus, topo: Wiring) -> Group:
     members = tuple(gpus)
-    if not hasattr(topo, "per_node"):
-        inner = topo.bottleneck_gbps(members)
-        nv = all(topo.link(a, b).is_nvlink for i, a in enumerate(members) for b in members[i + 1:])
-        return Group(len(members), 1, len(members), inner, "NVLink" if nv else "PCI", float("inf"))
     per = topo.per_node(members)
     k = min(len(v) for v in per.values())
     worst = min(per.values(), key=lambda local: topo.node.bottleneck_gbps(local) if len(local) > 1 else math.inf)
@@ -158,15 +158,12 @@ def network_bytes_per_gpu(op: str, nbytes: float, group: Group) -> float:
     """
     if group.nodes < 2:
         return 0.0
-    n = group.ranks
-    per_rank = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-                "broadcast": 1.0}[op] * nbytes
-    return per_rank / group.per_node
+    return busbw_factor(op, group.ranks) * nbytes / group.per_node
 
 
-def collective_time_s(op: str, nbytes: float, gpus, topo, profile: Profile | None = None, *,
+def collective_time_s(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile | None = None, *,
                       algorithm: str = "auto") -> tuple[float, dict]:
-    """Time of one collective of `nbytes` over `gpus` on a Topology or a Cluster, and how it was found.
+    """Time of one collective of `nbytes` over `gpus` that span nodes, and how it was found.
 
     `nbytes` follows nccl-tests: the full (gathered) size for all_gather and reduce_scatter.
     `algorithm` is "auto" (the faster, as NCCL's tuner picks), "ring" or "tree" (as NCCL_ALGO forces;
@@ -180,8 +177,8 @@ def collective_time_s(op: str, nbytes: float, gpus, topo, profile: Profile | Non
         raise UsageError(f"unknown NCCL algorithm {algorithm!r}; use ring, tree or auto")
     profile = profile or default_profile()
     members = tuple(gpus)
-    if not hasattr(topo, "per_node") or len(topo.nodes_spanned(members)) < 2:
-        return _single_node(op, nbytes, members, topo, profile)
+    if len(topo.nodes_spanned(members)) < 2:
+        raise ValueError(f"GPUs {list(members)} lie on one node: comm.py prices them (collectives.call_cost)")
     group = describe_group(members, topo)
     bus, bound = bus_gbps(op, group, profile)
     times = {a: _best(op, nbytes, group, a, bus) for a in ALGORITHMS}
@@ -196,38 +193,6 @@ def collective_time_s(op: str, nbytes: float, gpus, topo, profile: Profile | Non
         "network_bytes_per_gpu": network_bytes_per_gpu(op, nbytes, group),
         "source": f"{TUNING} latency/bandwidth model; bus bandwidth min(node ring, k x NIC share)",
     }
-
-
-def spans_nodes(topo, gpus) -> bool:
-    """True for a group of a Cluster that lies on more than one node."""
-    return hasattr(topo, "nodes_spanned") and len(topo.nodes_spanned(gpus)) > 1
-
-
-def collective_cost(op: str, nbytes: float, dtype: str, groups, topo, count: int, phase: str,
-                    profile: Profile | None = None):
-    """comm.CollectiveCost for `count` calls over parallel `groups` that cross nodes (the slowest group
-    sets the time; link "NET", bandwidth the bus bandwidth used)."""
-    from topowise.costmodel.comm import CollectiveCost
-
-    profile = profile or default_profile()
-    timed = [collective_time_s(op, nbytes, g, topo, profile) for g in groups]
-    per_call, detail = max(timed, key=lambda t: t[0])
-    return CollectiveCost(op, int(round(nbytes)), dtype, len(groups[0]), count, "NET", detail.get("bus_gbps", 0.0),
-                          per_call * count, phase)
-
-
-def _single_node(op, nbytes, members, topo, profile) -> tuple[float, dict]:
-    """Inside one node: costmodel/comm.py's alpha-beta model (calibrated on this project's measurements)."""
-    from topowise.costmodel import comm  # comm may call back into this module for groups across nodes
-
-    n = len(members)
-    line, link = comm.group_link(topo, members)
-    time_s = comm.collective_time(op, nbytes, n, line, link, profile)
-    bus = 0.0 if n < 2 else line * profile.comm(link, op)[0]
-    return time_s, {"op": op, "bytes": nbytes, "ranks": n, "nodes": 1, "per_node": n,
-                    "algorithm": "ring" if n > 1 else "none", "protocol": "", "bus_gbps": bus, "bound": "intra",
-                    "link": link, "times_s": {"ring": time_s, "tree": None}, "network_bytes_per_gpu": 0.0,
-                    "source": "costmodel/comm.py alpha-beta over the group's ring bottleneck (profile)"}
 
 
 def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all_reduce",
@@ -287,43 +252,40 @@ def step_collectives(strategy: str, params: int, shard_group: int | None = None,
     all-gather reads a secondary bf16 copy kept inside the node.
     """
     p = float(params)
-    if strategy == "ddp":
-        return [("all_reduce", 4 * p, "all")]
-    if strategy == "zero1":
-        return [("all_reduce", 4 * p, "all"), ("all_gather", 4 * p, "all")]
-    if strategy == "zero2":
-        return [("reduce_scatter", 4 * p, "all"), ("all_gather", 2 * p, "all")]
-    if strategy == "zero3":
-        return [("reduce_scatter", 4 * p, "all"), ("all_gather", 2 * p, "all"), ("all_gather", 2 * p, "all")]
-    if strategy == "hsdp":
-        if not shard_group:
-            raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
-        return [("reduce_scatter", 4 * p, "shard"), ("all_gather", 2 * p, "shard"), ("all_gather", 2 * p, "shard"),
-                ("all_reduce", 4 * p / shard_group, "replica")]
     if strategy == "hpz":
         if engine != "deepspeed":
             raise UsageError("hpZ is DeepSpeed ZeRO++ (zero_hpz_partition_size); PyTorch FSDP has no such mode")
         return [("reduce_scatter", 4 * p, "all"), ("all_gather", 2 * p, "all"), ("all_gather", 2 * p, "shard")]
-    raise UsageError(f"unknown strategy {strategy!r}; valid: ddp, zero1, zero2, zero3 (fsdp), hsdp, hpz (DeepSpeed)")
+    spec = STRATEGIES[normalize_strategy(strategy)]
+    if spec.autocast:  # DDP's family: the gradient all-reduce; zero1 also gathers the updated partitions
+        return [("all_reduce", 4 * p, "all")] + ([("all_gather", 4 * p, "all")] if spec.sharded else [])
+    if spec.replicated and not shard_group:
+        raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
+    group = "shard" if spec.replicated else "all"
+    rows = [("reduce_scatter", 4 * p, group), ("all_gather", 2 * p, group)]
+    if spec.reshard_after_forward:
+        rows.append(("all_gather", 2 * p, group))
+    if spec.replicated:
+        rows.append(("all_reduce", 4 * p / shard_group, "replica"))
+    return rows
 
 
-def strategy_groups(gpus, topo, shard_group: int) -> dict[str, tuple[int, ...]]:
+def strategy_groups(gpus, shard_group: int) -> dict[str, tuple[int, ...]]:
     """The first group of each kind: all GPUs, the first shard group, the first replica group."""
     members = tuple(gpus)
     return {"all": members, "shard": members[:shard_group], "replica": members[::shard_group]}
 
 
-def network_traffic(strategy: str, params: int, gpus, topo, *, shard_group: int | None = None,
+def network_traffic(strategy: str, params: int, gpus, topo: Wiring, *, shard_group: int | None = None,
                     engine: str = "torch") -> dict:
     """Bytes each GPU sends over the network per step for a strategy on `gpus` (0 inside one node).
 
     Returns {strategy, bytes_per_gpu, bytes_per_node, collectives[{op, bytes, group, network_bytes_per_gpu}]}.
     """
     members = tuple(gpus)
-    if strategy in ("hsdp", "hpz") and not shard_group:
-        shard_group = topo.gpus_per_node if hasattr(topo, "gpus_per_node") else len(members)
-        shard_group = min(shard_group, len(members))
-    groups = strategy_groups(members, topo, shard_group or len(members))
+    if strategy == "hpz" or STRATEGIES[normalize_strategy(strategy)].replicated:
+        shard_group = shard_group or min(topo.gpus_per_node, len(members))  # default: a shard group per node
+    groups = strategy_groups(members, shard_group or len(members))
     rows = []
     for op, nbytes, which in step_collectives(strategy, params, shard_group, engine):
         group = describe_group(groups[which], topo)

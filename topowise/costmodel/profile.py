@@ -2,9 +2,9 @@
 
 `calibrate` measures a machine and writes a Profile (JSON) whose `sources` say "calibrated: ...";
 until then every value below comes from a measurement on the 2x H200 machine (NCCL 2.28, torch 2.11,
-2026-11-30): nccl-tests in the project's facts, our own bench comm, or `calibrate` run there
-(docs/results/2026-11-30-h200x2/run10) for the step-time parameters; memory values not measured are
-stated guesses, and `sources` says which.
+2026-11-30): nccl-tests (docs/sources.md, "2x H200 nccl-tests"), our own bench comm, or `calibrate`
+run there (docs/results/2026-11-30-h200x2/run10) for the step-time parameters; memory values not
+measured are stated guesses, and `sources` says which.
 
 Communication defaults, derived in `_comm_defaults` (arithmetic shown there):
 - achieved fraction of line rate = busbw at 1 GiB / line rate of the link
@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from topowise.errors import UsageError
+from topowise.units import GIB, MIB, busbw_factor
 
 FORMAT = "topowise.profile"
 VERSION = 1
@@ -27,10 +28,8 @@ VERSION = 1
 LINK_CLASSES = ("NV", "PCIe")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
-MIB = 1024**2
-GIB = 1024**3
-
-# nccl-tests busbw (GB/s) on 2x H200 (NV18, NCCL 2.28), from facts.md; P2P off = NCCL_P2P_DISABLE=1.
+# nccl-tests busbw (GB/s) on 2x H200 (NV18, NCCL 2.28; docs/sources.md, "2x H200 nccl-tests");
+# P2P off = NCCL_P2P_DISABLE=1.
 MEASURED_BUSBW = {
     ("NV", "all_reduce"): {MIB: 44.5, GIB: 329.0},
     ("NV", "all_gather"): {MIB: 22.6, GIB: 267.0},
@@ -47,9 +46,9 @@ OWN_BUSBW = {
 }
 OWN_WHERE = ("topowise bench comm on 2x H200 (NV18 / NCCL_P2P_DISABLE=1), 2026-11-30, "
              "docs/results/2026-11-30-h200x2/run2/profile-records/collectives.jsonl")
-MEASURED_LINE_GBPS = {"NV": 478.0, "PCIe": 63.0}  # facts.md: 18 x 26.5625 NVLink 4; PCIe Gen5 x16
-MEASURED_WHERE = "facts.md: nccl-tests on 2x H200 (NV18 / NCCL_P2P_DISABLE=1), 2026-11-30"
-_BUSBW_FACTOR_AT_2 = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}
+# line rates of the measured links: NVLink 4, 18 x 26.5625 GB/s; PCIe Gen5 x16 (hardware.py)
+MEASURED_LINE_GBPS = {"NV": 478.0, "PCIe": 63.0}
+MEASURED_WHERE = "nccl-tests on 2x H200 (NV18 / NCCL_P2P_DISABLE=1), 2026-11-30, docs/sources.md"
 
 
 def _comm_defaults() -> tuple[dict, dict, dict]:
@@ -67,7 +66,7 @@ def _comm_defaults() -> tuple[dict, dict, dict]:
                 row, where = OWN_BUSBW[(link, op)], OWN_WHERE
             line = MEASURED_LINE_GBPS[link]
             e = row[GIB] / line
-            factor = _BUSBW_FACTOR_AT_2[row_op]
+            factor = busbw_factor(row_op, 2)
             alpha = MIB * factor / (row[MIB] * 1e9) - MIB * factor / (row[GIB] * 1e9)
             if link != "NV":
                 alpha = max(alpha, lat[f"NV/{op}"])
@@ -83,7 +82,6 @@ def _comm_defaults() -> tuple[dict, dict, dict]:
 
 _EFF, _LAT, _COMM_SOURCES = _comm_defaults()
 
-HOST_PHASES = ("forward", "backward", "optimizer")
 HOST_FALLBACK = {"hsdp": "zero3"}
 # Step-time defaults: `topowise calibrate` on the 2x H200 machine (host: 32-core Intel Xeon VM), torch
 # 2.11, 2026-11-30, docs/results/2026-11-30-h200x2/run10/profile.json; each source below says from what.
@@ -118,7 +116,8 @@ _SOURCES = {
     "cuda_context_bytes": ("typical, to be calibrated: CUDA context + cuBLAS/NCCL workspaces ~500 MiB per "
                            "process, outside torch.cuda.max_memory_allocated"),
     "memory_headroom": "stated choice: a plan must leave 5% of GPU memory free to count as fitting",
-    "peak_flops": "0: the datasheet bf16 dense peak of the GPU (hardware.py); calibrate sets it where there is none (CPU)",
+    "peak_flops": ("0: the datasheet bf16 dense peak of the GPU (hardware.py); calibrate sets it where there is none "
+                   "(CPU)"),
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -166,13 +165,14 @@ class Profile:
         return dict(asdict(self), format=FORMAT, version=VERSION)
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "JSON") -> "Profile":
+    def from_dict(cls, data: dict, where: str = "JSON") -> Profile:
         if data.get("format", FORMAT) != FORMAT:
             raise UsageError(f"{where} is not a topowise profile (no \"format\": \"{FORMAT}\")")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known - {"format", "version"})
         if unknown:
-            raise UsageError(f"{where}: unknown profile field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise UsageError(f"{where}: unknown profile field(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(known))}")
         base = cls()
         values = {}
         for name in known & set(data):

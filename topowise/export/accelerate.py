@@ -1,8 +1,10 @@
 """accelerate: a config YAML for `accelerate launch --config_file FILE`.
 
-ddp -> MULTI_GPU; zero2/zero3/hsdp -> the FSDP plugin with fsdp_version 2 (reshard_after_forward False
-for zero2, True for zero3 and hsdp, as in topowise's own benchmark), hsdp adding a parallelism_config
-with the replicate x shard mesh; zero1 -> the DeepSpeed plugin at stage 1 (FSDP has no ZeRO-1).
+From the strategy's flags (topowise.run): ddp -> MULTI_GPU; the FSDP strategies (zero2/zero3/hsdp) ->
+the FSDP plugin with fsdp_version 2 and the strategy's reshard_after_forward (False for zero2, True for
+zero3 and hsdp, as in topowise's own benchmark), a replicated one (hsdp) adding a parallelism_config
+with the replicate x shard mesh; zero1 (sharded, not FSDP) -> the DeepSpeed plugin at its stage, 1
+(FSDP has no ZeRO-1).
 Written without PyYAML: the values are flat scalars, so a small writer is enough.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from topowise.export import LaunchPlan
+from topowise.export.plan import LaunchPlan
 
 
 def accelerate_settings(plan: LaunchPlan) -> dict:
@@ -30,29 +32,30 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
         "same_network": True,
         "use_cpu": False,
     }
+    spec = plan.spec
     if plan.nproc == 1:
         config["distributed_type"] = "NO"
-    elif plan.strategy == "zero1":
+    elif spec.sharded and not spec.fsdp:
         config["distributed_type"] = "DEEPSPEED"
         config["deepspeed_config"] = {
-            "zero_stage": 1,
+            "zero_stage": spec.deepspeed_stage,
             "gradient_accumulation_steps": 1,
             "offload_optimizer_device": "none",
             "offload_param_device": "none",
             "zero3_init_flag": False,
         }
-    elif plan.strategy in ("zero2", "zero3", "hsdp"):
+    elif spec.fsdp:
         config["distributed_type"] = "FSDP"
         config["fsdp_config"] = {
             "fsdp_version": 2,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "fsdp_reshard_after_forward": plan.strategy != "zero2",
+            "fsdp_reshard_after_forward": spec.reshard_after_forward,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_offload_params": False,
             "fsdp_cpu_ram_efficient_loading": False,
             "fsdp_activation_checkpointing": plan.activation_checkpointing,
         }
-        if plan.strategy == "hsdp" and plan.shard_group_size:
+        if spec.replicated and plan.shard_group_size:
             config["parallelism_config"] = {
                 "parallelism_config_dp_replicate_size": plan.nproc // plan.shard_group_size,
                 "parallelism_config_dp_shard_size": plan.shard_group_size,
@@ -73,7 +76,7 @@ def _scalar(value) -> str:
 def accelerate_config(plan: LaunchPlan) -> str:
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
-    if plan.activation_checkpointing and plan.strategy in ("ddp", "zero1"):
+    if plan.activation_checkpointing and not plan.spec.fsdp:
         lines.append("# activation checkpointing: enable it in the model (e.g. gradient_checkpointing_enable())")
     for key, value in accelerate_settings(plan).items():
         if isinstance(value, dict):

@@ -7,8 +7,8 @@ GPUs, which may sit in different NVLink islands.
 
 from __future__ import annotations
 
-from topowise.export import LaunchPlan
 from topowise.export import multinode
+from topowise.export.plan import LaunchPlan
 from topowise.export.torchrun import script_args
 
 

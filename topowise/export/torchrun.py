@@ -9,7 +9,8 @@ from __future__ import annotations
 import shlex
 
 from topowise.errors import UsageError
-from topowise.export import LaunchPlan
+from topowise.export import multinode
+from topowise.export.plan import LaunchPlan
 
 PYTHONS = ("python", "python3")
 
@@ -38,7 +39,8 @@ def torchrun_argv(plan: LaunchPlan, command, torchrun: tuple[str, ...] = ("torch
     return [*torchrun, "--standalone", "--nnodes=1", f"--nproc-per-node={plan.nproc}", *script_args(command)]
 
 
-def launch_config(plan: LaunchPlan, command, torchrun: tuple[str, ...] = ("torchrun",)) -> tuple[list[str], dict[str, str]]:
+def launch_config(plan: LaunchPlan, command,
+                  torchrun: tuple[str, ...] = ("torchrun",)) -> tuple[list[str], dict[str, str]]:
     """(argv, env) for os.execvpe: env is what to set on top of the caller's environment."""
     if plan.num_nodes > 1:
         raise UsageError(f"the plan spans {plan.num_nodes} nodes: start it on every node with "
@@ -56,8 +58,6 @@ def shell_line(argv: list[str], env: dict[str, str]) -> str:
 
 def torchrun_script(plan: LaunchPlan, command=("train.py",)) -> str:
     if plan.num_nodes > 1:
-        from topowise.export import multinode
-
         env = dict(plan.env, OMP_NUM_THREADS="1")
         return multinode.torchrun_per_node(plan.num_nodes, plan.nproc_per_node, script_args(command), env,
                                            plan.summary(), plan.warnings, multinode.network_notes(plan.network, env))

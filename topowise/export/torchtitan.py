@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import shlex
 
-from topowise.export import LaunchPlan
-
-# strategy -> (data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward)
-# torchtitan has no ZeRO-1: its nearest is FSDP that keeps parameters gathered after forward (ZeRO-2).
+from topowise.export.plan import LaunchPlan
 
 
 def torchtitan_args(plan: LaunchPlan) -> list[str]:
-    n = plan.nproc
-    if plan.strategy == "ddp":
+    """The strategy as (data_parallel_replicate_degree, data_parallel_shard_degree,
+    fsdp_reshard_after_forward). torchtitan has no ZeRO-1: its nearest is FSDP that keeps parameters
+    gathered after forward (ZeRO-2)."""
+    n, spec = plan.nproc, plan.spec
+    if not spec.sharded:  # ddp
         replicate, shard, reshard = n, 1, None
-    elif plan.strategy == "hsdp" and plan.shard_group_size:
+    elif spec.replicated and plan.shard_group_size:  # hsdp
         replicate, shard, reshard = n // plan.shard_group_size, plan.shard_group_size, "always"
-    elif plan.strategy in ("zero1", "zero2"):
-        replicate, shard, reshard = 1, n, "never"
-    else:  # zero3
-        replicate, shard, reshard = 1, n, "always"
+    else:
+        replicate, shard, reshard = 1, n, "always" if spec.reshard_after_forward else "never"
     args = [
         "--parallelism.data_parallel_replicate_degree", str(replicate),
         "--parallelism.data_parallel_shard_degree", str(shard),
@@ -42,7 +40,7 @@ def torchtitan_args(plan: LaunchPlan) -> list[str]:
 def torchtitan_command(plan: LaunchPlan) -> str:
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
-    if plan.strategy == "zero1":
+    if plan.spec.sharded and not plan.spec.fsdp:  # zero1
         lines.append("# torchtitan has no ZeRO-1; FSDP with reshard_after_forward=never (ZeRO-2) is the nearest")
     lines.append("# add your model's config: --module <recipes module> --config <function> (e.g. llama3_8b)")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())

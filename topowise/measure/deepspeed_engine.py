@@ -1,11 +1,11 @@
 """`bench train --engine deepspeed`: ZeRO-1/2/3 as DeepSpeed runs them, on the same model, data and
-optimizer as the PyTorch engine (topowise.measure.train), with the same step loop, metrics and records.
+optimizer as the PyTorch engine (topowise.measure.steps), with the same step loop, metrics and records.
 
 What is the same: the transformer built from the ModelSpec and seed on every rank before wrapping,
 the synthetic batches seeded by (seed, step, rank), AdamW (betas 0.9/0.95, weight decay, lr; torch's
 fused CUDA kernel, foreach on CPU) handed to DeepSpeed as a client optimizer (so DeepSpeed builds no
 op of its own: no ninja, no nvcc), the float32 cross-entropy of the bf16 logits, CUDA-event timing,
-the OOM handling and the loss check (train.run_case and the parent side are shared).
+the OOM handling and the loss check (steps.rank_main and the parent side are shared).
 
 How DeepSpeed holds the training state here (bf16 enabled, grad_accum_dtype left unset, the config
 from topowise.export.deepspeed.zero_config without gradient clipping, as the PyTorch engine has none):
@@ -25,37 +25,11 @@ The cost model's DeepSpeed terms (topowise.costmodel.deepspeed) assume the same.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
-from topowise.errors import UsageError
+from topowise.measure.train import DEEPSPEED_INSTALL_HINT
 
-ENGINES = ("pytorch", "deepspeed")
-STRATEGIES = ("zero1", "zero2", "zero3")
-INSTALL_HINT = "pip install 'topowise[deepspeed]' (DeepSpeed 0.15 or newer)"
 CPU_BUCKET_ELEMENTS = 1_000_000  # on CPU (tests) no link to size buckets for; small buffers
-
-
-def deepspeed_available() -> bool:
-    """Whether `import deepspeed` can work, without importing it (that takes seconds and logs)."""
-    try:
-        return importlib.util.find_spec("deepspeed") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def check_request(engine: str, strategies: tuple[str, ...]) -> None:
-    """UsageError for an unknown engine, a strategy DeepSpeed does not run here, or no DeepSpeed."""
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r}: choose pytorch (default) or deepspeed")
-    if engine == "pytorch":
-        return
-    others = [s for s in strategies if s not in STRATEGIES]
-    if others:
-        raise UsageError(f"--engine deepspeed runs {', '.join(STRATEGIES)}, not {', '.join(others)} "
-                         "(ddp and hsdp run with --engine pytorch)")
-    if not deepspeed_available():
-        raise UsageError(f"--engine deepspeed needs DeepSpeed, which is not installed here: {INSTALL_HINT}")
 
 
 def engine_config(strategy: str, *, micro_batch: int, world_size: int, link_gbps: float | None,
@@ -78,7 +52,7 @@ def engine_config(strategy: str, *, micro_batch: int, world_size: int, link_gbps
 
 def link_gbps_here(world_size: int, fabric: str) -> float | None:
     """Line rate of the ring over the first `world_size` GPUs of this machine (None if unknown)."""
-    from topowise.measure.train import live_topology
+    from topowise.measure.machine import live_topology
 
     topo = live_topology()
     if topo is None or topo.num_gpus < world_size:
@@ -93,8 +67,8 @@ def link_gbps_here(world_size: int, fabric: str) -> float | None:
     return None if gbps == float("inf") else gbps
 
 
-def train_deepspeed(case, rank) -> dict:
-    """One strategy's run on this rank through deepspeed.initialize; the same result dict as train._train."""
+def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
+    """One strategy's run on this rank through deepspeed.initialize; the same result dict as steps.train_pytorch."""
     device_type = "cuda" if case.device == "cuda" else "cpu"
     # before the import: DeepSpeed picks its accelerator then; never JIT-build ops
     os.environ.setdefault("DS_ACCELERATOR", device_type)
@@ -104,26 +78,22 @@ def train_deepspeed(case, rank) -> dict:
     try:
         import deepspeed
     except ImportError as exc:
-        raise RuntimeError(f"DeepSpeed could not be imported on this rank ({exc}): {INSTALL_HINT}") from None
+        raise RuntimeError(f"DeepSpeed could not be imported on this rank ({exc}): {DEEPSPEED_INSTALL_HINT}") from None
 
+    from topowise.measure import steps
     from topowise.measure import strategies as S
-    from topowise.measure import train as T
 
-    fail, measured_peak, spec, model = T.prepare_case(case, rank)
+    measured_peak, model = steps.prepare_case(case, rank)
     optimizer = S.make_optimizer(model.parameters(), lr=case.lr, weight_decay=case.weight_decay,
                                  device_type=device_type)
     link = link_gbps_here(rank.world_size, case.fabric) if device_type == "cuda" else None
-    config = engine_config(case.strategy, micro_batch=case.micro_batch, world_size=rank.world_size,
+    config = engine_config(case.run.strategy, micro_batch=case.run.micro_batch, world_size=rank.world_size,
                            link_gbps=link, device=device_type)
-    # the process group is already up (train.run_case): DeepSpeed's comm layer wraps it
-    engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    # the process group is already up (steps.rank_main): DeepSpeed's comm layer wraps it
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     del model, optimizer  # the engine holds them
-    T._inject(fail)
-    if fail == "diverge":  # the test hook: a run whose weights never move
-        for group in ds_optimizer.param_groups:
-            group["lr"] = 0.0
 
-    inputs, targets = T.synthetic_batches(case, rank.rank, spec.vocab_size, rank.device)
+    inputs, targets = steps.synthetic_batches(case, rank.rank, case.run.model.vocab_size, rank.device)
 
     def one_step(step: int):
         logits = engine(inputs[step])  # bf16 weights: bf16 logits, as FSDP2's
@@ -134,6 +104,6 @@ def train_deepspeed(case, rank) -> dict:
         return loss
 
     peaks: list[int] = []
-    times, losses = T.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks)
+    times, losses = steps.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir)
     extra = {"deepspeed_version": deepspeed.__version__, "deepspeed_config": config}
-    return T.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks)
+    return steps.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks)

@@ -1,14 +1,15 @@
-"""Run a measurement on every rank: self-launch under torchrun, or join a running torchrun/srun job.
+"""Every process topowise starts: torchrun for the ranks of a measurement, a `topowise` command as a child.
 
-`launch("topowise.measure.collectives:main", config, nproc=2)` either calls the entry point in this
-process (we are already one rank of a job: torchrun set RANK, or srun set SLURM_PROCID) or starts
+`launch("topowise.measure.collectives:rank_main", config, nproc=2)` either calls the entry point in
+this process (we are already one rank of a job: torchrun set RANK, or srun set SLURM_PROCID) or starts
 torchrun with `python -m topowise.measure.launcher ENTRY CONFIG.json` on `nproc` local processes.
-The entry point takes the config dict and calls `init_distributed` itself.
+The entry point takes the config dict and joins the process group itself (topowise.measure.rank).
+`run_topowise(args)` runs `python -m topowise ARGS` in a process group of its own, so that a
+timeout stops it with every rank it started. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import json
 import os
@@ -17,23 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from topowise.errors import UsageError
 
-
-@dataclass(frozen=True)
-class Rank:
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    backend: str
-    device: str  # "cuda:N" or "cpu"
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+TIMED_OUT = 124  # the status `launch` and `run_topowise` return when they stopped a run at its timeout
 
 
 def in_job() -> bool:
@@ -43,59 +32,14 @@ def in_job() -> bool:
     return "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1
 
 
-def _env_from_slurm() -> None:
-    """srun sets SLURM_*; torch.distributed reads RANK/WORLD_SIZE/MASTER_ADDR. MASTER_ADDR must be exported."""
-    if "RANK" in os.environ or "SLURM_PROCID" not in os.environ:
-        return
-    os.environ.setdefault("RANK", os.environ["SLURM_PROCID"])
-    os.environ.setdefault("WORLD_SIZE", os.environ["SLURM_NTASKS"])
-    os.environ.setdefault("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
-    os.environ.setdefault("LOCAL_WORLD_SIZE", os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0])
-    os.environ.setdefault("MASTER_PORT", "29500")
-    if "MASTER_ADDR" not in os.environ:
-        raise UsageError("inside srun, export MASTER_ADDR (the first node's hostname) before topowise bench")
-
-
-def cores_for_local_rank(cpus: list[int], local_rank: int, local_world_size: int) -> list[int]:
-    """This rank's equal, disjoint slice of the CPUs the job may use (the leftover go to no one)."""
-    per = len(cpus) // max(local_world_size, 1)
-    if per == 0:
-        return cpus  # fewer CPUs than ranks: nothing to split
-    return cpus[local_rank * per:(local_rank + 1) * per]
-
-
-def pin_to_cores() -> list[int] | None:
-    """With TOPOWISE_BENCH_PIN=1: every thread of this rank onto its own slice of the CPUs, so the
-    ranks' Python threads neither share a core nor migrate across the machine. Threads made later
-    (NCCL's, autograd's) inherit it. Returns the cores, or None where pinning is off or unsupported."""
-    if os.environ.get("TOPOWISE_BENCH_PIN") != "1" or not hasattr(os, "sched_setaffinity"):
+def job_size() -> tuple[int, int] | None:
+    """(world size, processes on this node) of the torchrun/srun job this process is a rank of; None outside one."""
+    if not in_job():
         return None
-    cores = cores_for_local_rank(sorted(os.sched_getaffinity(0)), int(os.environ.get("LOCAL_RANK", "0")),
-                                 int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), cores)
-        except OSError:
-            pass  # a thread that ended meanwhile
-    return cores
-
-
-def init_distributed(backend: str, timeout_s: float = 300.0) -> Rank:
-    """Join the process group torchrun (or srun) described in the environment."""
-    import torch
-    import torch.distributed as dist
-
-    _env_from_slurm()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = "cpu"
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = f"cuda:{local_rank}"
-    if not dist.is_initialized():
-        kwargs = {"device_id": torch.device(device)} if backend == "nccl" else {}
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
-    return Rank(dist.get_rank(), dist.get_world_size(), local_rank,
-                int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())), backend, device)
+    env = os.environ
+    world = int(env["WORLD_SIZE"] if "WORLD_SIZE" in env else env["SLURM_NTASKS"])
+    local = env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] or world
+    return world, int(local)
 
 
 def torchrun_command(entry: str, config_path: str, nproc: int) -> list[str]:
@@ -105,18 +49,20 @@ def torchrun_command(entry: str, config_path: str, nproc: int) -> list[str]:
 
 
 def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None = None,
-           timeout_s: float | None = None, heartbeat: str | None = None, stderr_path: str | None = None) -> int:
+           timeout_s: float | None = None, heartbeat: str | None = None, stderr_path: str | None = None,
+           log_path: str | None = None, on_wait: Callable[[], None] | None = None) -> int:
     """Run `entry(config)` on every rank; returns the exit status (0 when all ranks succeeded).
 
     timeout_s bounds the whole run, or, with `heartbeat` (a file the ranks rewrite as they make
     progress), the time since that file last changed: a long sweep may run for as long as it keeps
-    moving, a hung call ends. On timeout the ranks are stopped and 124 is returned. stderr_path, when
-    given, receives the ranks' and torchrun's stderr instead of the terminal.
+    moving, a hung call ends. On timeout the ranks are stopped and TIMED_OUT (124) is returned.
+    stderr_path receives the ranks' and torchrun's stderr instead of the terminal; log_path their
+    stdout and stderr both. on_wait is called about twice a second while the ranks run.
     """
     if in_job():
         if env:
             os.environ.update(env)  # e.g. NCCL_P2P_DISABLE for --fabric pcie; read at NCCL init
-        _call(entry, config)
+        call_entry(entry, config)
         return 0
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1, not {nproc}")
@@ -126,32 +72,45 @@ def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None =
     child_env = dict(os.environ, **(env or {}))  # multicast switches (NCCL_NVLS_ENABLE, ...) pass through
     child_env.setdefault("OMP_NUM_THREADS", "1")
     child_env.setdefault("PYTHONUNBUFFERED", "1")
-    err = open(stderr_path, "w") if stderr_path else None
+    log = open(log_path, "wb") if log_path else None
+    err = open(stderr_path, "w") if stderr_path and not log else None
     try:
-        # A session of its own, so that a timeout can stop torchrun and every rank it started.
-        proc = subprocess.Popen(torchrun_command(entry, config_path, nproc), env=child_env, stderr=err,
-                                start_new_session=True)
-        try:
-            status = _wait(proc, timeout_s, heartbeat)
-            if status == 124 and heartbeat is None:
-                sys.stderr.write(f"topowise: error: {entry} did not finish within {timeout_s:.0f} s\n")
-            return status
-        except BaseException:
-            _stop(proc)
-            raise
+        outputs = {"stdout": log, "stderr": subprocess.STDOUT} if log else {"stderr": err}
+        return _run(torchrun_command(entry, config_path, nproc), child_env, timeout_s, heartbeat, on_wait, outputs)
     finally:
-        if err:
-            err.close()
+        for fh in (log, err):
+            if fh:
+                fh.close()
         os.unlink(config_path)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float | None, heartbeat: str | None) -> int:
+def run_topowise(args: list[str], *, env: dict[str, str] | None = None, timeout_s: float | None = None) -> int:
+    """`python -m topowise ARGS` as a child with `env` (None: this environment); its exit status, or
+    TIMED_OUT (124) when it ran past timeout_s and was stopped with every process it started."""
+    return _run([sys.executable, "-m", "topowise", *args], env, timeout_s, None, None, {})
+
+
+def _run(cmd: list[str], env: dict | None, timeout_s: float | None, heartbeat: str | None,
+         on_wait: Callable[[], None] | None, outputs: dict) -> int:
+    # A session of its own, so that a timeout can stop the child and every process it started.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, **outputs)
+    try:
+        return _wait(proc, timeout_s, heartbeat, on_wait)
+    except BaseException:
+        _stop(proc)
+        raise
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None, heartbeat: str | None,
+          on_wait: Callable[[], None] | None) -> int:
     started = time.monotonic()
     while True:
         try:
             return proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             pass
+        if on_wait:
+            on_wait()
         if timeout_s is None:
             continue
         since = started
@@ -162,7 +121,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None, heartbeat: str | None
                 pass
         if time.monotonic() - since > timeout_s:
             _stop(proc)
-            return 124
+            return TIMED_OUT
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -180,11 +139,12 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def _call(entry: str, config: dict) -> None:
+def call_entry(entry: str, config: dict) -> None:
+    """Import "module:function" and call it with the config."""
     module, _, func = entry.partition(":")
     getattr(importlib.import_module(module), func)(config)
 
 
 if __name__ == "__main__":  # one rank, started by torchrun from `launch`
     with open(sys.argv[2]) as fh:
-        _call(sys.argv[1], json.load(fh))
+        call_entry(sys.argv[1], json.load(fh))

@@ -96,7 +96,8 @@ def transport_kind(via: str) -> str:
 
 
 def _short(via: str) -> str:
-    """P2P/CUMEM/read -> P2P/CUMEM; SHM/direct/direct -> SHM; NET/IB/0/GDRDMA -> NET/IB; P2P/direct pointer -> P2P/direct."""
+    """P2P/CUMEM/read -> P2P/CUMEM; SHM/direct/direct -> SHM; NET/IB/0/GDRDMA -> NET/IB;
+    P2P/direct pointer -> P2P/direct."""
     parts = via.split()[0].split("/")
     if parts[0] == "SHM":
         return "SHM"

@@ -1,4 +1,4 @@
-"""The GPU-pair matrix and single-GPU copies.
+"""The GPU-pair matrix and single-GPU copies, measured (rank side; topowise.measure.comm reads them back).
 
 - copy: `dst.copy_(src)` between cuda:i and cuda:j in one process (the copy engines over NVLink or
   PCIe P2P; staged through the host when P2P is off). Needs only torch, no process group.
@@ -157,49 +157,6 @@ def single_gpu_copies(device: int, nbytes: int, *, iters: int = 10, warmup: int 
                         "gbps": round(count * 4 / t / 1e9, 3), "pinned": op != "d2d",
                         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return out
-
-
-def matrix(records: list[dict], method: str, mode: str) -> tuple[list[int], list[list[float | None]]]:
-    """GPU indices and a square table of GB/s (None on the diagonal) from p2p records."""
-    rows = [r for r in records if r.get("kind") == "p2p" and r["method"] == method and r["mode"] == mode]
-    gpus = sorted({r["src"] for r in rows} | {r["dst"] for r in rows})
-    pos = {g: k for k, g in enumerate(gpus)}
-    grid: list[list[float | None]] = [[None] * len(gpus) for _ in gpus]
-    for r in rows:
-        grid[pos[r["src"]]][pos[r["dst"]]] = r["gbps"]
-    return gpus, grid
-
-
-def plot_matrices(records: list[dict], path: str) -> str | None:
-    """A heatmap per (method, mode) in one PNG; None when there is nothing to plot."""
-    panels = [(m, d) for m in ("copy", "nccl", "gloo") for d in ("uni", "bi")
-              if any(r.get("kind") == "p2p" and r["method"] == m and r["mode"] == d for r in records)]
-    if not panels:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
-    for ax, (method, mode) in zip(axes[0], panels):
-        gpus, grid = matrix(records, method, mode)
-        values = [[v if v is not None else float("nan") for v in row] for row in grid]
-        im = ax.imshow(values, cmap="viridis")
-        ax.set_xticks(range(len(gpus)), [str(g) for g in gpus])
-        ax.set_yticks(range(len(gpus)), [str(g) for g in gpus])
-        ax.set_xlabel("destination GPU")
-        ax.set_ylabel("source GPU")
-        ax.set_title(f"{method} {'unidirectional' if mode == 'uni' else 'bidirectional'} (GB/s)")
-        for y, row in enumerate(grid):
-            for x, v in enumerate(row):
-                if v is not None:
-                    ax.text(x, y, f"{v:.0f}", ha="center", va="center", color="w", fontsize=8)
-        fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def _sync(devices) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Callable, Hashable, Iterable
 
 
 def append_record(path: str | os.PathLike, record: dict) -> None:
@@ -57,11 +57,6 @@ def done_keys(path: str | os.PathLike, key_fn: Callable[[dict], Hashable | None]
         if key is not None:
             keys.add(key)
     return keys
-
-
-def write_records(path: str | os.PathLike, records: Iterable[dict]) -> None:
-    for rec in records:
-        append_record(path, rec)
 
 
 def relative_error(predicted: float | None, measured: float | None) -> float | None:

@@ -22,14 +22,37 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
-ALIASES = {"fsdp": "zero3"}
+from topowise.run import Run
+
 DDP_BUCKET_CAP_MB = 25  # PyTorch's default; the cost model's bucket size
 
 
-def uses_autocast(strategy: str) -> bool:
-    """DDP and ZeRO-1 keep fp32 weights and compute in bf16 under autocast; FSDP2 casts in its all-gather."""
-    return strategy in ("ddp", "zero1")
+def apply_strategy(model: nn.Module, run: Run, world_size: int, *, device_type: str, lr: float,
+                   weight_decay: float) -> tuple[nn.Module, torch.optim.Optimizer, dict]:
+    """Wrap `model` as run.strategy runs it (its entry in topowise.run.STRATEGIES says how):
+    (wrapped model, optimizer, the mesh's shape for the record: hsdp's shard group and replicas)."""
+    spec = run.spec
+    if not spec.fsdp:
+        if "optimizer" in spec.sharded:
+            wrapped, optimizer = apply_zero1(model, device_type=device_type, lr=lr, weight_decay=weight_decay)
+        else:
+            wrapped = apply_ddp(model, device_type=device_type)
+            optimizer = make_optimizer(wrapped.parameters(), lr=lr, weight_decay=weight_decay, device_type=device_type)
+        return wrapped, optimizer, {}
+    from torch.distributed.device_mesh import init_device_mesh
+
+    layout = {}
+    if spec.replicated:
+        shard = run.shard_group_size or world_size
+        replicas = world_size // shard
+        mesh = init_device_mesh(device_type, (replicas, shard), mesh_dim_names=("replicate", "shard"))
+        wrapped = apply_hsdp(model, mesh)
+        layout = {"shard_group_size": shard, "replicas": replicas}
+    else:
+        mesh = init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
+        wrapped = apply_fsdp(model, mesh, reshard_after_forward=spec.reshard_after_forward)
+    optimizer = make_optimizer(wrapped.parameters(), lr=lr, weight_decay=weight_decay, device_type=device_type)
+    return wrapped, optimizer, layout
 
 
 def make_optimizer(params, *, lr: float, weight_decay: float, device_type: str) -> torch.optim.Optimizer:

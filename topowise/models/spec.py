@@ -65,7 +65,7 @@ class ModelSpec:
         return dict(asdict(self), params=self.params)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelSpec":
+    def from_dict(cls, data: dict) -> ModelSpec:
         return cls(**{k: v for k, v in data.items() if k != "params"})  # params is derived
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from topowise.run import STRATEGIES
 from topowise.topology.model import Topology
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 COMMON_SHARD_SIZES = (2, 4, 8)  # shard groups people use even where no island has that size
 
@@ -85,7 +85,7 @@ def placements(topo: Topology, k: int) -> tuple[tuple[str, tuple[int, ...]], ...
 def shard_group_sizes(topo: Topology, k: int) -> tuple[int, ...]:
     """HSDP shard-group sizes for k GPUs: island sizes and 2/4/8 that divide k (1 and k are DDP and ZeRO-3)."""
     sizes = {len(isl) for isl in topo.islands()} | set(COMMON_SHARD_SIZES)
-    if hasattr(topo, "gpus_per_node"):  # a cluster: shard groups of 1, 2 or 4 whole nodes too
+    if topo.num_nodes > 1:  # a cluster: shard groups of 1, 2 or 4 whole nodes too
         sizes |= {m * topo.gpus_per_node for m in (1, 2, 4)}
     return tuple(sorted(s for s in sizes if 1 < s < k and k % s == 0))
 
@@ -94,8 +94,8 @@ def strategy_options(topo: Topology, k: int) -> tuple[tuple[str, int | None], ..
     """(strategy, shard group size) pairs worth predicting on k GPUs. One GPU has nothing to shard."""
     if k == 1:
         return (("ddp", None),)
-    return (("ddp", None), ("zero1", None), ("zero2", None), ("zero3", None),
-            *(("hsdp", s) for s in shard_group_sizes(topo, k)))
+    return (*((name, None) for name, s in STRATEGIES.items() if not s.replicated),
+            *((name, size) for name, s in STRATEGIES.items() if s.replicated for size in shard_group_sizes(topo, k)))
 
 
 def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,

@@ -6,15 +6,16 @@ collective's link and bandwidth, the GPU's wait for the host, peak memory) and s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from topowise.planner.candidates import shard_groups
+from topowise.units import GIB
 
 if TYPE_CHECKING:  # search imports explain; only types flow back
-    from topowise.planner.search import Infeasible, Plan
+    pass
 
-GIB = 1024**3
 LINK_NAMES = {"NV": "NVLink", "PCIe": "PCIe", "local": "local memory", "NET": "the network between nodes"}
 OP_NAMES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce",
             "broadcast": "broadcast"}

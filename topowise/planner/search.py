@@ -14,27 +14,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from topowise.costmodel.predict import predict
+from topowise.costmodel.prediction import Prediction
 from topowise.costmodel.profile import Profile, default_profile
-from topowise.costmodel.step import Prediction, predict
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 from topowise.planner import explain
 from topowise.planner.candidates import Candidate, enumerate_candidates
+from topowise.run import ENGINES, FABRICS, STRATEGIES, Run
 from topowise.topology.model import Topology
-
-GIB = 1024**3
+from topowise.units import GIB
 
 
 @dataclass(frozen=True)
 class Plan:
-    strategy: str
-    gpus: tuple[int, ...]
-    micro_batch: int
-    activation_checkpointing: bool
-    shard_group_size: int | None
-    prediction: Prediction
+    prediction: Prediction  # its run says the strategy, GPUs, micro-batch, checkpointing, shard group
     why: str = ""
     placement: str = "best"
+
+    strategy = property(lambda self: self.prediction.strategy)
+    gpus = property(lambda self: self.prediction.gpus)
+    micro_batch = property(lambda self: self.prediction.micro_batch)
+    activation_checkpointing = property(lambda self: self.prediction.activation_checkpointing)
+    shard_group_size = property(lambda self: self.prediction.shard_group_size)
 
     def to_dict(self) -> dict:
         p = self.prediction
@@ -149,16 +151,18 @@ def check_inputs(topo: Topology, num_gpus, gpus, micro_batches, seq_len, top) ->
         raise UsageError(f"--top {top!r} is not a positive integer")
 
 
-DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "hsdp")  # what costmodel/deepspeed.py predicts
+def candidate_run(model: ModelSpec, c: Candidate, *, seq_len: int, fabric: str, engine: str = "pytorch") -> Run:
+    # DeepSpeed's stage 0 is not modelled: a ddp candidate (only a suggestion's one-GPU fallback, with
+    # engine deepspeed) is predicted as PyTorch runs it
+    if STRATEGIES[c.strategy].deepspeed_stage is None:
+        engine = "pytorch"
+    return Run(model, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
+               activation_checkpointing=c.activation_checkpointing, fabric=fabric,
+               shard_group_size=c.shard_group_size, engine=engine)
 
 
 def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile, engine: str = "pytorch") -> Prediction:
-    # DeepSpeed's stage 0 is not modelled: a ddp candidate (only a suggestion's one-GPU fallback, with
-    # engine deepspeed) is predicted as PyTorch runs it
-    engine = engine if engine == "pytorch" or c.strategy in DEEPSPEED_STRATEGIES else "pytorch"
-    return predict(model, topo, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
-                   activation_checkpointing=c.activation_checkpointing, fabric=fabric,
-                   shard_group_size=c.shard_group_size, profile=profile, engine=engine)
+    return predict(candidate_run(model, c, seq_len=seq_len, fabric=fabric, engine=engine), topo, profile)
 
 
 def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, seq_len: int, fabric: str,
@@ -178,8 +182,7 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
         pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
         made += 1
         if pred.fits:
-            fits.append(Plan(c.strategy, c.gpus, c.micro_batch, c.activation_checkpointing, c.shard_group_size,
-                             pred, placement=c.placement))
+            fits.append(Plan(pred, placement=c.placement))
         else:
             missed_memory.add(c.memory_key)
             stopped_groups.add(c.group_key)
@@ -211,13 +214,13 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
          top: int = 5, fabric: str = "nvlink", engine: str = "pytorch") -> PlanResult:
     """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring)."""
     check_inputs(topo, num_gpus, gpus, micro_batches, seq_len, top)
-    if fabric not in ("nvlink", "pcie"):
-        raise UsageError(f"--fabric {fabric!r}: give nvlink or pcie")
-    if engine not in ("pytorch", "deepspeed"):
-        raise UsageError(f"--engine {engine!r}: give pytorch or deepspeed")
+    if fabric not in FABRICS:
+        raise UsageError(f"--fabric {fabric!r}: give {' or '.join(FABRICS)}")
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: give {' or '.join(ENGINES)}")
     candidates = enumerate_candidates(topo, num_gpus=num_gpus, gpus=gpus, micro_batches=micro_batches)
     if engine == "deepspeed":
-        candidates = [c for c in candidates if c.strategy in DEEPSPEED_STRATEGIES]
+        candidates = [c for c in candidates if STRATEGIES[c.strategy].deepspeed_stage is not None]
     fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile,
                                   engine=engine)
     ranked = rank(fits)
@@ -277,10 +280,12 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
     hit = first_fit(more)
     if hit:
         return f"{head}. More GPUs would: {words(*hit)}"
-    everything = Candidate("zero3", topo.indices, 1, True) if topo.num_gpus > 1 else Candidate("ddp", topo.indices, 1, True)
+    everything = (Candidate("zero3", topo.indices, 1, True) if topo.num_gpus > 1
+                  else Candidate("ddp", topo.indices, 1, True))
     pred = predict_candidate(model, topo, everything, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
     states = 16 * model.params / GIB  # fp32 weights, gradients, AdamW moments: 16 bytes per parameter
     return (f"{head}. Nothing on one {topo.name} fits: even {explain.label(everything.strategy, everything.gpus)} "
-            f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; the training state alone is {states:,.0f} GiB (16 bytes x "
+            f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; "
+            f"the training state alone is {states:,.0f} GiB (16 bytes x "
             f"{model.params / 1e9:.1f}B parameters). Shard across more nodes (multi-node plans are not "
             f"modelled yet), shorten --seq-len, or use GPUs with more memory")

@@ -15,21 +15,28 @@ Placements per topology:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import Callable, Iterable
+import json
+import os
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 
+from topowise.costmodel.predict import predict
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
+from topowise.planner.search import plan
+from topowise.run import STRATEGY_NAMES, Run
+from topowise.topology import load_topology
 from topowise.topology.model import Topology
+from topowise.topology.nvml import discover
+from topowise.units import GIB
 
-STUDY_STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 DEFAULT_TOPOLOGIES = ("hgx-h100-8", "h100-nvl-8", "h200-nvl-8", "pcie-l40s-8")
 # Llama 3.1 8B: DDP's 16 bytes per parameter (~128 GB) no longer fits an 80-94 GB GPU, so the
 # memory side of the trade-off shows; ZeRO/FSDP still fit, so every topology has an answer.
 DEFAULT_MODEL = "llama3.1-8b"
 FINDING_KINDS = ("nvlink_pcie_ratio", "island_slowdown", "ddp_does_not_fit", "fsdp_near_ddp", "recommendations")
 NEAR_DDP = 0.10  # "within 10% of DDP's tokens/s"
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,7 @@ class Placement:
                 "bottleneck_gbps": self.bottleneck_gbps}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Placement":
+    def from_dict(cls, d: dict) -> Placement:
         return cls(d["label"], tuple(d["gpus"]), d["islands_spanned"], d["bottleneck_gbps"])
 
 
@@ -68,7 +75,7 @@ class TopologySummary:
                 "placements": [p.to_dict() for p in self.placements]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TopologySummary":
+    def from_dict(cls, d: dict) -> TopologySummary:
         return cls(d["label"], d["name"], d["gpu_name"], d["gpu_memory_bytes"],
                    tuple(tuple(i) for i in d["islands"]), d["pcie_gbps"],
                    tuple(tuple(r) for r in d["link_gbps"]), tuple(tuple(r) for r in d["link_kind"]),
@@ -102,7 +109,7 @@ class Case:
                 "error": self.error, "prediction": self.prediction}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Case":
+    def from_dict(cls, d: dict) -> Case:
         return cls(d["topology"], d["placement"], d["strategy"], tuple(d["gpus"]), d["step_time_s"],
                    d["tokens_per_s"], d["peak_bytes"], d["gpu_memory_bytes"], d["fits"], d.get("error", ""),
                    d.get("prediction", {}))
@@ -146,7 +153,7 @@ class Measured:
                 "step_error_pct": self.step_error_pct, "memory_error_pct": self.memory_error_pct}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Measured":
+    def from_dict(cls, d: dict) -> Measured:
         return cls(d["strategy"], d["status"], d["measured_step_time_s"], d["measured_peak_bytes"],
                    d["predicted_step_time_s"], d["predicted_peak_bytes"])
 
@@ -167,7 +174,7 @@ class MeasuredRun:
                 "rows": [r.to_dict() for r in self.rows]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "MeasuredRun":
+    def from_dict(cls, d: dict) -> MeasuredRun:
         return cls(d["model"], d["topology"], tuple(d["gpus"]), d["micro_batch"], d["seq_len"], d["command"],
                    tuple(Measured.from_dict(r) for r in d["rows"]))
 
@@ -195,9 +202,7 @@ class Study:
     def findings_of(self, kind: str) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.kind == kind)
 
-    def with_measured(self, measured: MeasuredRun) -> "Study":
-        from dataclasses import replace
-
+    def with_measured(self, measured: MeasuredRun) -> Study:
         return replace(self, measured=measured)
 
     # --- JSON ---------------------------------------------------------------------------------
@@ -213,7 +218,7 @@ class Study:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Study":
+    def from_dict(cls, d: dict) -> Study:
         findings = tuple(
             Finding(kind, f["topology"], f["text"], {k: v for k, v in f.items() if k not in ("topology", "text")})
             for kind in FINDING_KINDS for f in d["findings"].get(kind, [])
@@ -228,8 +233,6 @@ class Study:
 
 def resolve_topologies(names: Iterable[str] | None) -> list[tuple[str, Topology]]:
     """(label, Topology) for each name; the default set plus the live node when one is found."""
-    from topowise.topology import load_topology
-
     if names is None:
         chosen = [(n, load_topology(n)) for n in DEFAULT_TOPOLOGIES]
         live = discover_live()
@@ -253,10 +256,6 @@ def resolve_topologies(names: Iterable[str] | None) -> list[tuple[str, Topology]
 
 def discover_live() -> Topology | None:
     """This machine's GPUs through NVML, or None when there are none (or no NVML)."""
-    try:
-        from topowise.topology.nvml import discover
-    except ImportError:
-        return None
     try:
         topo = discover()
     except (UsageError, OSError):
@@ -337,11 +336,9 @@ def summarize_topology(label: str, topo: Topology, placements: tuple[Placement, 
 
 def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_gpus: int | None = None,
               seq_len: int = 4096, micro_batch: int = 1, profile=None,
-              strategies: tuple[str, ...] = STUDY_STRATEGIES,
+              strategies: tuple[str, ...] = STRATEGY_NAMES,
               advance: Callable[[str], None] | None = None) -> Study:
     """Predict every (topology, placement, strategy); derive the findings. `advance(what)` ticks a progress bar."""
-    from topowise.costmodel.step import predict
-
     check_study_args(topologies, num_gpus=num_gpus, seq_len=seq_len, micro_batch=micro_batch)
     summaries, cases = [], []
     for label, topo in topologies:
@@ -349,7 +346,7 @@ def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_g
         summaries.append(summarize_topology(label, topo, placements))
         for place in placements:
             for strategy in strategies:
-                cases.append(_predict_case(predict, model, topo, label, place, strategy, seq_len, micro_batch, profile))
+                cases.append(_predict_case(model, topo, label, place, strategy, seq_len, micro_batch, profile))
                 if advance:
                     advance(f"{label} {place.label} {strategy}")
     recs = []
@@ -367,7 +364,7 @@ def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_g
 
 
 def study_size(topologies: list[tuple[str, Topology]], num_gpus: int | None,
-               strategies: tuple[str, ...] = STUDY_STRATEGIES) -> int:
+               strategies: tuple[str, ...] = STRATEGY_NAMES) -> int:
     """How many progress ticks `run_study` makes (predictions plus one plan per topology)."""
     return sum(len(placements_for(t, num_gpus)) * len(strategies) + 1 for _, t in topologies)
 
@@ -387,9 +384,9 @@ def check_study_args(topologies, *, num_gpus, seq_len, micro_batch) -> None:
         raise UsageError(f"--micro-batch {micro_batch}: give a positive micro-batch, e.g. 1")
 
 
-def _predict_case(predict, model, topo, label, place, strategy, seq_len, micro_batch, profile) -> Case:
+def _predict_case(model, topo, label, place, strategy, seq_len, micro_batch, profile) -> Case:
     try:
-        p = predict(model, topo, place.gpus, strategy, micro_batch=micro_batch, seq_len=seq_len, profile=profile)
+        p = predict(Run(model, place.gpus, strategy, micro_batch=micro_batch, seq_len=seq_len), topo, profile)
     except UsageError as exc:  # e.g. hsdp on a single island: the cost model says why
         return Case(label, place.label, strategy, place.gpus, error=str(exc))
     return Case(label, place.label, strategy, place.gpus, p.step_time_s, p.tokens_per_s, int(p.memory.peak_bytes),
@@ -487,43 +484,23 @@ def fsdp_near_ddp(cases: list[Case]) -> tuple[Finding, ...]:
 
 def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *, num_gpus, seq_len, micro_batch,
               profile) -> Finding:
-    """The planner's first plan when the planner is there; else the fastest fitting strategy on all GPUs."""
-    try:
-        from topowise.planner.search import plan
-    except ImportError:
-        plan = None
-    if plan is not None:
-        result = plan(model, topo, num_gpus=num_gpus or topo.num_gpus, micro_batches=(micro_batch,),
-                      seq_len=seq_len, profile=profile, top=1)
-        if result.plans:
-            p = result.plans[0]
-            pred = p.prediction
-            ckpt = " with activation checkpointing" if p.activation_checkpointing else ""
-            return Finding(
-                "recommendations", label,
-                f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {p.micro_batch}: "
-                f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU. {p.why}",
-                {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
-                 "activation_checkpointing": p.activation_checkpointing, "tokens_per_s": pred.tokens_per_s,
-                 "peak_bytes": int(pred.memory.peak_bytes), "why": p.why})
-        why = result.suggestion or "no strategy fits in memory"
-        return Finding("recommendations", label, f"{label}: nothing fits. {why}",
-                       {"source": "planner", "strategy": None, "why": why})
-    fitting = [c for c in cases if c.topology == label and c.placement == "all" and c.ok and c.fits]
-    if not fitting:
-        why = "no strategy fits in memory on these GPUs at this micro-batch and sequence length"
-        return Finding("recommendations", label, f"{label}: nothing fits: {why}.",
-                       {"source": "predictions", "strategy": None, "why": why})
-    best = max(fitting, key=lambda c: c.tokens_per_s)
-    others = sorted((c for c in fitting if c is not best), key=lambda c: -c.tokens_per_s)
-    why = (f"the highest predicted tokens/s of the {len(fitting)} strategies that fit"
-           + (f"; next: {others[0].strategy} at {others[0].tokens_per_s / best.tokens_per_s:.0%}" if others else ""))
-    return Finding("recommendations", label,
-                   f"{label}: {best.strategy} on GPUs {_gpus(best.gpus)}: {best.tokens_per_s:,.0f} tokens/s, "
-                   f"{best.peak_bytes / GIB:.1f} GiB per GPU ({why}).",
-                   {"source": "predictions", "strategy": best.strategy, "gpus": list(best.gpus),
-                    "micro_batch": micro_batch, "activation_checkpointing": False,
-                    "tokens_per_s": best.tokens_per_s, "peak_bytes": best.peak_bytes, "why": why})
+    """The planner's first plan on this topology, with its reasons."""
+    result = plan(model, topo, num_gpus=num_gpus or topo.num_gpus, micro_batches=(micro_batch,),
+                  seq_len=seq_len, profile=profile, top=1)
+    if result.plans:
+        p = result.plans[0]
+        pred = p.prediction
+        ckpt = " with activation checkpointing" if p.activation_checkpointing else ""
+        return Finding(
+            "recommendations", label,
+            f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {p.micro_batch}: "
+            f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU. {p.why}",
+            {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
+             "activation_checkpointing": p.activation_checkpointing, "tokens_per_s": pred.tokens_per_s,
+             "peak_bytes": int(pred.memory.peak_bytes), "why": p.why})
+    why = result.suggestion or "no strategy fits in memory"
+    return Finding("recommendations", label, f"{label}: nothing fits. {why}",
+                   {"source": "planner", "strategy": None, "why": why})
 
 
 def _find(cases, topology, placement, strategy) -> Case | None:
@@ -549,43 +526,37 @@ MEASURE_MODEL = "llama3.2-1b"  # small enough that every strategy fits on one 80
 
 
 def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq_len: int, micro_batch: int,
-                 steps: int, out_jsonl: str, profile=None, strategies: tuple[str, ...] = STUDY_STRATEGIES,
+                 steps: int, out_jsonl: str, profile=None, strategies: tuple[str, ...] = STRATEGY_NAMES,
                  timeout_s: float = 3600.0) -> MeasuredRun:
     """Run `topowise bench train` in a subprocess on `gpus`, then pair each record with its prediction.
 
-    A subprocess keeps torch out of this process and survives a crashed benchmark; the child gets
+    A child process keeps torch out of this one and survives a crashed benchmark; the child gets
     this environment unchanged (NCCL_* settings included), with CUDA_VISIBLE_DEVICES narrowed to `gpus`.
     """
-    import json
-    import os
-    import shlex
-    import subprocess
-    import sys
+    from topowise.measure.launcher import TIMED_OUT, run_topowise  # the one process starter
 
-    from topowise.costmodel.step import predict
-
-    cmd = [sys.executable, "-m", "topowise", "bench", "train", "--nproc", str(len(gpus)), "--device", "cuda",
-           "--model", model.name, "--strategies", ",".join(strategies), "--micro-batch", str(micro_batch),
-           "--seq-len", str(seq_len), "--steps", str(steps), "--out", out_jsonl]
+    args = ["bench", "train", "--nproc", str(len(gpus)), "--device", "cuda",
+            "--model", model.name, "--strategies", ",".join(strategies), "--micro-batch", str(micro_batch),
+            "--seq-len", str(seq_len), "--steps", str(steps), "--out", out_jsonl]
     env = dict(os.environ)
     if tuple(gpus) != topo.indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     shown = (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if "CUDA_VISIBLE_DEVICES" in env
-             and tuple(gpus) != topo.indices else "") + " ".join(shlex.quote(c) for c in cmd[1:])
-    proc = subprocess.run(cmd, env=env, timeout=timeout_s)
+             and tuple(gpus) != topo.indices else "") + "-m topowise " + " ".join(shlex.quote(a) for a in args)
+    status = run_topowise(args, env=env, timeout_s=timeout_s)
     records = []
     if os.path.exists(out_jsonl):
         with open(out_jsonl) as fh:
             records = [json.loads(line) for line in fh if line.strip()]
     records = [r for r in records if r.get("kind") == "train"]
     if not records:
-        raise UsageError(f"`python {shown}` wrote no train records (exit status {proc.returncode}); "
-                         "run it by hand to see why")
+        why = f"stopped after {timeout_s:g} s" if status == TIMED_OUT else f"exit status {status}"
+        raise UsageError(f"`python {shown}` wrote no train records ({why}); run it by hand to see why")
     rows = []
     for strategy in strategies:
         rec = next((r for r in reversed(records) if r.get("strategy") == strategy), None)
         try:
-            p = predict(model, topo, tuple(gpus), strategy, micro_batch=micro_batch, seq_len=seq_len, profile=profile)
+            p = predict(Run(model, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len), topo, profile)
             # allocated bytes of a steady step: what max_memory_allocated over the timed steps measures
             pred_t, pred_m = p.step_time_s, int(p.memory.allocated_bytes)
         except UsageError:

@@ -12,7 +12,7 @@ Without P2P, NCCL copies through host shared memory (SHM); without SHM too, thro
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from topowise.topology.model import NVLINK, Topology
 

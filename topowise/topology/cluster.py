@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Iterable
 
 from topowise import hardware
 from topowise.errors import UsageError
+from topowise.topology.checks import warnings as node_warnings
 from topowise.topology.model import Gpu, Link, Nic, Topology, check_format
+from topowise.topology.presets import PRESETS, load_preset
 
 FORMAT = "topowise.cluster"
 VERSION = 1
@@ -77,14 +79,14 @@ class NetworkSpec:
                 "rail_optimized": self.rail_optimized}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "NetworkSpec":
+    def from_dict(cls, data: dict) -> NetworkSpec:
         return cls(str(data["kind"]), int(data["nics_per_node"]), float(data["gbps_per_nic"]),
                    bool(data.get("rail_optimized", True)))
 
 
 @dataclass(frozen=True)
 class Cluster:
-    """`num_nodes` copies of `node` joined by `network`; the same methods as `Topology`, GPUs numbered globally.
+    """`num_nodes` copies of `node` joined by `network`; a `Wiring` like `Topology`, GPUs numbered globally.
 
     `members` restricts the cluster to some of its GPUs (what `restricted_to` returns); () means all.
     """
@@ -165,7 +167,7 @@ class Cluster:
             tiers.append((NET, self.network_gbps_per_gpu, (n * g) * (n * g - 1) // 2 - n * g * (g - 1) // 2))
         return tuple(sorted(tiers, key=lambda t: -t[1]))
 
-    # --- the Topology interface ----------------------------------------------------------------
+    # --- the Wiring interface ------------------------------------------------------------------
     @cached_property
     def gpus(self) -> tuple[Gpu, ...]:
         g = self.gpus_per_node
@@ -269,7 +271,8 @@ class Cluster:
         Inside one node: the node's answer. Across nodes: the slower of the slowest node's own ring
         over its members and the network that node's members get (members x per-GPU share): NCCL runs
         one ring channel per NIC, each crossing every node boundary once, so a node's NICs carry the
-        ring in parallel (facts.md: DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 x 24).
+        ring in parallel (DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 x 24: NVIDIA/nccl
+        issue 1576; docs/sources.md).
         """
         groups = self.per_node(gpus)
         if sum(len(v) for v in groups.values()) < 2:
@@ -318,13 +321,13 @@ class Cluster:
         }
 
     # --- what-ifs ------------------------------------------------------------------------------
-    def restricted_to(self, gpus: Iterable[int]) -> "Cluster":
+    def restricted_to(self, gpus: Iterable[int]) -> Cluster:
         keep = tuple(sorted(set(gpus)))
         for g in keep:
             self._check(g)
         return replace(self, members=keep, name=self.name)
 
-    def without_nvlink(self) -> "Cluster":
+    def without_nvlink(self) -> Cluster:
         return replace(self, node=self.node.without_nvlink(), name=f"{self.name} (pcie)")
 
     # --- JSON ----------------------------------------------------------------------------------
@@ -344,7 +347,7 @@ class Cluster:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "JSON") -> "Cluster":
+    def from_dict(cls, data: dict, where: str = "JSON") -> Cluster:
         check_format(data, FORMAT, VERSION, where, "cluster")
         try:
             return cls(
@@ -378,8 +381,6 @@ def cluster_report(cluster: Cluster, gpus=None, environ=None) -> dict:
 
     Never every pair: the node's own report (links, islands) is under "node", in local indices.
     """
-    from topowise.topology.checks import warnings as node_warnings
-
     report = cluster.to_dict()
     report["num_gpus"] = cluster.num_gpus
     report["islands"] = [list(i) for i in cluster.islands()]
@@ -452,7 +453,8 @@ def make_cluster(node: Topology, num_nodes: int, network: NetworkSpec, name: str
     """A cluster of `num_nodes` x `node`; a NIC count of 0 means one NIC per GPU."""
     if network.nics_per_node == 0:
         network = replace(network, nics_per_node=node.num_gpus)
-    return Cluster(node, num_nodes, network, name=name, source=f"{num_nodes} x {node.name}; network rate: hardware.NIC_GBPS")
+    return Cluster(node, num_nodes, network, name=name,
+                   source=f"{num_nodes} x {node.name}; network rate: hardware.NIC_GBPS")
 
 
 def parse_cluster_name(name: str) -> tuple[int, str, str] | None:
@@ -466,8 +468,6 @@ def parse_cluster_name(name: str) -> tuple[int, str, str] | None:
 
 def load_cluster(name_or_path: str) -> Cluster | None:
     """A cluster from a name like "4x hgx-h100-8+ib-ndr" or a `topowise.cluster` JSON file; None otherwise."""
-    from topowise.topology.presets import PRESETS, load_preset
-
     parsed = parse_cluster_name(name_or_path)
     if parsed is not None:
         num_nodes, node_name, net_name = parsed
@@ -492,7 +492,3 @@ def load_cluster(name_or_path: str) -> Cluster | None:
         if isinstance(data, dict) and data.get("format") == FORMAT:
             return Cluster.from_dict(data, str(path))
     return None
-
-
-def is_cluster(topo) -> bool:
-    return isinstance(topo, Cluster)

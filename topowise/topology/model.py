@@ -2,18 +2,24 @@
 
 Every source (NVML, `nvidia-smi topo -m` text, our JSON, presets) builds the same frozen `Topology`.
 Bandwidths are line rates in GB/s per direction; what NCCL achieves on them is the cost model's
-business (costmodel/profile.py), not the topology's.
+business (costmodel/profile.py), not the topology's. `Wiring` is what the rest of topowise asks of a
+topology; a `Topology` (one node) and a `Cluster` (topology/cluster.py, N nodes) both answer it.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from topowise import hardware
 from topowise.errors import UsageError
+
+if TYPE_CHECKING:
+    from topowise.topology.cluster import NetworkSpec  # cluster.py builds on this module
 
 FORMAT = "topowise.topology"
 VERSION = 1
@@ -54,6 +60,43 @@ class Nic:
     kind: str = ""  # ib-ndr, roce-200, eth-100, ... ("" when unknown)
     gbps: float = 0.0
     nearest_gpus: tuple[int, ...] = ()
+
+
+class Wiring(Protocol):
+    """What the cost model, the planner, the exports and the CLI ask of a topology. GPUs are numbered
+    globally (node n of a cluster holds n*G .. n*G+G-1); rates are GB/s per direction, line rates."""
+
+    name: str
+    source: str  # where the description came from
+    gpus: tuple[Gpu, ...]
+    indices: tuple[int, ...]  # the GPU indices, ascending
+    num_gpus: int
+    nvswitch: bool  # the node's NVLink goes through NVSwitch (a pair's NV# is a GPU's whole port)
+    pcie_gen: int
+    pcie_gbps: float  # a PCIe x16 link of that generation
+    gpu_spec: hardware.GpuSpec  # the GPUs' datasheet row (all alike)
+    nics: tuple[Nic, ...]  # the NICs of one node
+    num_nodes: int  # 1 for a single node
+    gpus_per_node: int
+    node: Topology  # one node's topology, local indices (a Topology is its own node)
+    network: NetworkSpec | None  # the network between a cluster's nodes; None for a single node
+
+    def gpu(self, index: int) -> Gpu: ...  # UsageError for a GPU it lacks
+    def link(self, a: int, b: int) -> Link: ...  # the path between two GPUs ("NET" across nodes)
+    def islands(self) -> tuple[tuple[int, ...], ...]: ...  # NVLink islands (never across nodes)
+    def island_of(self, gpu: int) -> tuple[int, ...]: ...
+    def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]: ...
+    def bottleneck_gbps(self, gpus: Iterable[int]) -> float: ...  # per GPU in a ring over gpus; inf for one
+    def nodes_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]: ...  # (0,) on a single node
+    def per_node(self, gpus: Iterable[int]) -> dict[int, tuple[int, ...]]: ...  # node -> local indices
+    def network_gbps(self, gpus: Iterable[int]) -> float: ...  # what the network gives a group; inf on a Topology
+    def best_subset(self, k: int) -> tuple[int, ...]: ...  # the k GPUs with the fastest ring
+    def candidate_subsets(self, k: int) -> list[tuple[int, ...]]: ...  # k-subsets worth ranking
+    def selection(self, gpus: Iterable[int]) -> dict: ...  # what `topo --gpus` reports of a choice
+    def bandwidth_tiers(self) -> tuple[tuple[str, float, int], ...]: ...  # (label, GB/s, pairs), fastest first
+    def restricted_to(self, gpus: Iterable[int]) -> Wiring: ...  # only these GPUs
+    def without_nvlink(self) -> Wiring: ...  # the PCIe what-if (NCCL_P2P_DISABLE=1)
+    def to_dict(self) -> dict: ...  # JSON that load_topology reads back
 
 
 @dataclass(frozen=True)
@@ -99,6 +142,33 @@ class Topology:
     @property
     def pcie_gbps(self) -> float:
         return hardware.pcie_gbps(self.pcie_gen)
+
+    # --- nodes (a Topology is one node; see Cluster) --------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return 1
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.num_gpus
+
+    @property
+    def node(self) -> Topology:
+        return self
+
+    @property
+    def network(self) -> None:
+        """No network between nodes: a single node."""
+        return None
+
+    def nodes_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]:
+        return (0,)
+
+    def per_node(self, gpus: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        return {0: tuple(sorted(gpus))}
+
+    def network_gbps(self, gpus: Iterable[int]) -> float:
+        return math.inf
 
     # --- islands -------------------------------------------------------------------------------
     def islands(self) -> tuple[tuple[int, ...], ...]:
@@ -202,7 +272,7 @@ class Topology:
         }
 
     # --- what-ifs ------------------------------------------------------------------------------
-    def restricted_to(self, gpus: Iterable[int]) -> "Topology":
+    def restricted_to(self, gpus: Iterable[int]) -> Topology:
         keep = set(gpus)
         return replace(
             self,
@@ -210,7 +280,7 @@ class Topology:
             links=tuple(l for l in self.links if l.a in keep and l.b in keep),
         )
 
-    def without_nvlink(self) -> "Topology":
+    def without_nvlink(self) -> Topology:
         """The same node with NVLink taken away (what NCCL_P2P_DISABLE=1 leaves): host path at PCIe rate."""
         links = tuple(
             replace(l, kind="SYS" if l.is_nvlink else l.kind, nvlinks=0, gbps=min(l.gbps, self.pcie_gbps))
@@ -235,7 +305,7 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "JSON") -> "Topology":
+    def from_dict(cls, data: dict, where: str = "JSON") -> Topology:
         check_format(data, FORMAT, VERSION, where, "topology")
         try:
             return cls(
@@ -304,7 +374,7 @@ def _ranges(indices: Iterable[int]) -> str:
     return ",".join(str(i) for i in indices)
 
 
-def parse_gpu_list(text: str, topo: Topology) -> tuple[int, ...]:
+def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
     """`--gpus 0,1,4-7` -> (0, 1, 4, 5, 6, 7), checked against the topology."""
     out: list[int] = []
     for part in text.split(","):
@@ -323,5 +393,6 @@ def parse_gpu_list(text: str, topo: Topology) -> tuple[int, ...]:
         raise UsageError(f"--gpus {text!r} names a GPU twice")
     bad = [i for i in out if i not in topo.indices]
     if bad:
-        raise UsageError(f"--gpus {text!r}: GPU {bad[0]} is out of range; {topo.name!r} has GPUs {_ranges(topo.indices)}")
+        raise UsageError(f"--gpus {text!r}: GPU {bad[0]} is out of range; {topo.name!r} has GPUs "
+                         f"{_ranges(topo.indices)}")
     return tuple(out)

@@ -112,7 +112,7 @@ def _active_nvlink_remotes(nvml, error, handle) -> list[tuple[bool, str]]:
     max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", _MAX_LINKS_FALLBACK)
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
     remote_pci = (getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None)
-                  or getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo"))
+                  or nvml.nvmlDeviceGetNvLinkRemotePciInfo)
     remote_type = getattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
     out = []
     for link in range(max_links):

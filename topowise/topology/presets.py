@@ -1,4 +1,5 @@
-"""Named machines as data. Every figure has a source (hardware.py for rates, the cited page for shape)."""
+"""Named machines as data. Every figure has a source (hardware.py for rates, the cited page for shape;
+tests/unit/data holds the `nvidia-smi topo -m` outputs cited; docs/sources.md lists them all)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from topowise.topology.model import NVLINK, Nic, Topology, build
 
 
 def _all_pairs(gpus, kind):
-    return {p: kind for p in itertools.combinations(gpus, 2)}
+    return dict.fromkeys(itertools.combinations(gpus, 2), kind)
 
 
 def _two_sockets(n: int) -> dict[int, int]:
@@ -24,7 +25,7 @@ def _pcie_by_socket(n: int) -> dict[tuple[int, int], str]:
 
 def _nvswitch_node(name, gpu, nvlinks, source, nics=()):
     kinds = _all_pairs(range(8), NVLINK)
-    counts = {p: nvlinks for p in kinds}
+    counts = dict.fromkeys(kinds, nvlinks)
     return build(name, gpu, kinds, nvlink_counts=counts, nvswitch=True, numa=_two_sockets(8), source=source, nics=nics)
 
 
@@ -46,7 +47,8 @@ PRESETS = {
     "hgx-h100-8": (
         "8x H100 SXM on an NVSwitch board, NV18 all-to-all (478 GB/s per direction per GPU)",
         lambda: _nvswitch_node("hgx-h100-8", "NVIDIA H100 80GB HBM3", 18,
-                               "shape: ../shared/topo 01 (NV18 all-to-all); rates: hardware.py"),
+                               "shape: tests/unit/data/01_h100-sxm-x8_nvswitch_no-nics.txt (NV18 all-to-all); "
+                               "rates: hardware.py"),
     ),
     "hgx-h200-8": (
         "8x H200 SXM on an NVSwitch board, NV18 all-to-all (478 GB/s per direction per GPU)",
@@ -56,29 +58,31 @@ PRESETS = {
     "h100-nvl-8": (
         "8x H100 NVL, four NV12-bridged pairs, PCIe Gen5 between pairs (NODE in a socket, SYS across)",
         lambda: _bridged_node("h100-nvl-8", "NVIDIA H100 NVL", [(0, 1), (2, 3), (4, 5), (6, 7)], 12,
-                              "facts.md: H100 NVL bridge 2 cards, NV12; bluenotebook.io: 4 of 28 pairs bridged"),
+                              "NVIDIA H100 NVL product brief: a bridge joins 2 cards, NV12; bluenotebook.io: "
+                              "4 of 28 pairs bridged"),
     ),
     "h200-nvl-8": (
         "8x H200 NVL, two 4-GPU bridge domains (NV6 per pair, 478 GB/s per GPU), PCIe Gen5 between",
         lambda: _bridged_node("h200-nvl-8", "NVIDIA H200 NVL", [(0, 1, 2, 3), (4, 5, 6, 7)], 6,
-                              "facts.md: H200 NVL 4-way bridge, 900 GB/s bidirectional per GPU = 18 links "
-                              "shared by 3 peers (verify)"),
+                              "NVIDIA H200 NVL product brief: 4-way bridge, 900 GB/s bidirectional per GPU = 18 "
+                              "links shared by 3 peers (verify)"),
     ),
     "dgx-a100-8": (
         "8x A100 SXM on NVSwitch, NV12 all-to-all (300 GB/s per direction), 8x HDR 200G",
         lambda: _nvswitch_node("dgx-a100-8", "NVIDIA A100-SXM4-80GB", 12,
-                               "shape: ../shared/topo 02 (DGX A100, NV12); NICs: facts.md HDR ~24 GB/s",
+                               "shape: tests/unit/data/02_dgx-a100_mlx5x12.txt (DGX A100, NV12); NICs: HDR "
+                               "~24 GB/s (nccl-tests issue 267)",
                                nics=_ib_rails("ib-hdr", 8, 24.0)),
     ),
     "pcie-l40s-8": (
         "8x L40S, PCIe Gen4 only, no NVLink (NODE in a socket, SYS across)",
         lambda: build("pcie-l40s-8", "NVIDIA L40S", _pcie_by_socket(8), numa=_two_sockets(8),
-                      source="shape: ../shared/topo 13 (L40S, PCIe only); rates: hardware.py"),
+                      source="shape: tests/unit/data/13_l40s-x4_pcie_nics2.txt (L40S, PCIe only); rates: hardware.py"),
     ),
     "h200-x2": (
         "2x H200 SXM, NV18 (a slice of an NVSwitch board): the machine topowise measures on",
         lambda: build("h200-x2", "NVIDIA H200", {(0, 1): NVLINK}, nvlink_counts={(0, 1): 18}, nvswitch=True,
-                      numa={0: 0, 1: 0}, source="../shared/topo 17 (nvidia-smi topo -m, 2026-11-30)"),
+                      numa={0: 0, 1: 0}, source="tests/unit/data/17_h200-x2_nv18.txt (nvidia-smi topo -m, 2026-11-30)"),
     ),
 }
 

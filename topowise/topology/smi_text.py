@@ -102,7 +102,7 @@ def infer_nvswitch(links, n_gpus: int) -> bool:
     """
     if n_gpus < 2 or not all(l.is_nvlink for l in links):
         return False
-    per_gpu = {i: 0 for i in range(n_gpus)}
+    per_gpu = dict.fromkeys(range(n_gpus), 0)
     for l in links:
         per_gpu[l.a] += l.nvlinks
         per_gpu[l.b] += l.nvlinks

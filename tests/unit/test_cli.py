@@ -1,0 +1,57 @@
+"""The command line: --help, and `predict`'s JSON, table and errors (plan: test_planner.py, topo:
+test_topo_cli.py, study: test_study.py)."""
+
+import json
+
+import pytest
+
+from topowise.cli.main import main
+
+VERBS = ("env", "topo", "predict", "plan", "study", "bench", "calibrate", "validate", "launch")
+
+
+def test_help_lists_every_verb(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert all(verb in out for verb in VERBS)
+
+
+def test_predict_json_keys(capsys):
+    assert main(["predict", "--model", "llama3.2-1b", "--topology", "h200-x2", "--num-gpus", "2",
+                 "--strategy", "zero2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"model", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "time", "memory", "fits"} <= set(out)
+    assert {"name", "params"} <= set(out["model"])
+    assert {"compute_s", "comm_s", "exposed_comm_s", "collectives"} <= set(out["time"])
+    assert {"peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes"} <= set(out["memory"])
+    assert out["model"] == {"name": "llama3.2-1b", "params": 1_235_814_400}
+    assert (out["strategy"], out["gpus"], out["fits"]) == ("zero2", [0, 1], True)
+
+
+def test_predict_fsdp_is_zero3(capsys):
+    base = ["predict", "--model", "tiny", "--topology", "h200-x2", "--num-gpus", "2", "--json", "--strategy"]
+    assert main([*base, "fsdp"]) == 0
+    fsdp = json.loads(capsys.readouterr().out)
+    assert main([*base, "zero3"]) == 0
+    assert fsdp == json.loads(capsys.readouterr().out)
+
+
+def test_predict_table_renders(capsys):
+    assert main(["predict", "--model", "tiny", "--topology", "h100-nvl-8", "--gpus", "0-3",
+                 "--strategy", "hsdp", "--fabric", "pcie"]) == 0
+    out = capsys.readouterr().out
+    assert "Step time" in out and "Memory per GPU" in out and "fits" in out
+
+
+@pytest.mark.parametrize("extra", [["--micro-batch", "0"], ["--seq-len", "-5"], ["--strategy", "zero9"],
+                                   ["--num-gpus", "3"], ["--gpus", "0,7"]])
+def test_predict_bad_input_exits_2(extra, capsys):
+    args = ["predict", "--model", "tiny", "--topology", "h200-x2", "--strategy", "ddp"]
+    if not any(a in ("--num-gpus", "--gpus") for a in extra):
+        args += ["--num-gpus", "2"]
+    args += extra
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("topowise: error:") and "Traceback" not in err

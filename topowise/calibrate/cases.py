@@ -1,0 +1,124 @@
+"""What calibrate and validate measure: training cases and the plans that group them.
+
+Fixed sets; validate's cases never overlap calibrate's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from topowise.models.spec import ModelSpec
+from topowise.run import STRATEGY_NAMES, Run
+from topowise.units import MIB
+
+
+@dataclass(frozen=True)
+class Case:
+    """One training run without its GPUs: a model (by name), a strategy, a shape, a fabric."""
+
+    model: str
+    strategy: str
+    micro_batch: int
+    seq_len: int
+    fabric: str = "nvlink"
+    activation_checkpointing: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing)
+
+    @property
+    def group(self) -> tuple:
+        """Cases that differ only in strategy share a group (the ranking check)."""
+        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} {self.fabric}"
+
+    def run(self, model: ModelSpec, gpus: Iterable[int], shard_group_size: int | None = None) -> Run:
+        """The case on these GPUs, with `model` the spec its name stands for."""
+        return Run(model, tuple(gpus), self.strategy, micro_batch=self.micro_batch, seq_len=self.seq_len,
+                   activation_checkpointing=self.activation_checkpointing, fabric=self.fabric,
+                   shard_group_size=shard_group_size)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one measuring run does: a comm sweep and training cases, steps per case."""
+
+    device: str
+    fabrics: tuple[str, ...]
+    comm_ops: tuple[str, ...]
+    comm_sizes: tuple[int, ...]
+    cases: tuple[Case, ...]
+    warmup: int
+    steps: int
+    comm_iters: int = 20
+    comm_warmup: int = 5
+    fit_min_bytes: int = 0  # the alpha-beta fit uses sizes from here up (all are recorded)
+    # memory-bound passes timed alone (measure/passes.py): fused AdamW over this model's parameter
+    # shapes, and the fp32 loss over (vocabulary, tokens) logits; None: not measured (CPU)
+    hbm_passes: tuple[str, int, int] | None = None
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), cases=[asdict(c) for c in self.cases])
+
+
+def _grid(models: Iterable[tuple[str, int, int, tuple[str, ...]]], fabrics: Iterable[str]) -> tuple[Case, ...]:
+    return tuple(Case(m, s, mb, seq, f) for f in fabrics for (m, mb, seq, strategies) in models for s in strategies)
+
+
+NON_HSDP = tuple(s for s in STRATEGY_NAMES if s != "hsdp")
+
+# The host's time to issue a step (Python, hooks, launches) does not shrink with the tokens; the GPU's
+# does. At 128 tokens the GPU keeps up and bench train's host phase times are the host's own cost
+# (benchmarks/host_bound.py: on 2x H200 every strategy of 0.5B-1B models is host-bound there).
+HOST_FLOOR_TOKENS = 128
+
+# GPU calibration (about three minutes on 2x H200): the comm sweep 1 MiB..1 GiB on the four ops the
+# strategies issue, per fabric; two model sizes at 8192 tokens (long enough that the GPU, not the host,
+# sets the step of most runs), ddp and zero3 on the small one, every non-hsdp
+# strategy on the larger one (zero1's broadcasts and zero2's overlap need a run of their own); then
+# both models with every non-hsdp strategy at HOST_FLOOR_TOKENS over NVLink (the host's cost per block).
+# The alpha-beta fit takes 8 MiB and up: training moves 25 MiB DDP buckets and 30 MiB..1.5 GiB FSDP
+# units, and NCCL's busbw keeps rising to 1 GiB (all_reduce over NVLink on 2x H200: 173 GB/s at 8 MiB,
+# 327 GB/s at 1 GiB, docs/results/2026-11-30-h200x2/run2/profile-records/collectives.jsonl), which one
+# alpha-beta line cannot follow from 1 MiB (on the 2x H200 sweep: within -11..+13% from 1 MiB, -10..+7% from 8 MiB).
+GPU_CALIBRATION = Plan(
+    device="cuda", fabrics=("nvlink", "pcie"), comm_ops=("all_reduce", "all_gather", "reduce_scatter", "broadcast"),
+    comm_sizes=tuple(MIB * 2**k for k in range(11)), fit_min_bytes=8 * MIB,
+    cases=_grid([("qwen2.5-0.5b", 1, 8192, ("ddp", "zero3")),
+                 ("llama3.2-1b", 1, 8192, NON_HSDP)], ("nvlink", "pcie"))
+    + _grid([(m, 1, HOST_FLOOR_TOKENS, NON_HSDP) for m in ("qwen2.5-0.5b", "llama3.2-1b")], ("nvlink",)),
+    warmup=3, steps=5, hbm_passes=("llama3.2-1b", 128256, 8192))
+
+# GPU validation (about three minutes): a model size calibration never ran (3B), a micro-batch it never
+# ran (2) and a sequence length it never ran (2048); both fabrics; every strategy.
+GPU_VALIDATION = Plan(
+    device="cuda", fabrics=("nvlink", "pcie"), comm_ops=(), comm_sizes=(),
+    cases=_grid([("llama3.2-3b", 1, 4096, STRATEGY_NAMES),
+                 ("qwen2.5-0.5b", 2, 4096, NON_HSDP)], ("nvlink", "pcie"))
+    + _grid([("llama3.2-1b", 2, 2048, ("ddp", "zero2", "zero3"))], ("nvlink",)),
+    warmup=3, steps=6)
+
+# CPU (gloo): the same pipeline, small enough for the tests (seconds of measuring).
+CPU_CALIBRATION = Plan(
+    device="cpu", fabrics=("nvlink",), comm_ops=("all_reduce", "all_gather", "reduce_scatter", "broadcast"),
+    comm_sizes=tuple(64 * 1024 * 4**k for k in range(4)),
+    cases=_grid([("tiny", 1, 128, ("ddp", "zero3")), ("tiny", 2, 128, ("ddp",))], ("nvlink",)),
+    warmup=1, steps=3, comm_iters=5, comm_warmup=2)
+
+CPU_VALIDATION = Plan(
+    device="cpu", fabrics=("nvlink",), comm_ops=(), comm_sizes=(),
+    cases=_grid([("tiny", 2, 64, ("ddp", "zero2", "zero3"))], ("nvlink",)),
+    warmup=1, steps=3)
+
+
+def calibration_plan(device: str) -> Plan:
+    return GPU_CALIBRATION if device == "cuda" else CPU_CALIBRATION
+
+
+def validation_plan(device: str) -> Plan:
+    return GPU_VALIDATION if device == "cuda" else CPU_VALIDATION

@@ -1,0 +1,93 @@
+"""calibrate: measure this machine (or read an earlier run's records), fit, write the profile."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from topowise.calibrate.cases import Plan, calibration_plan
+from topowise.calibrate.fit import fit_profile, observations_from
+from topowise.calibrate.launch import META_FILE, RECORD_FILES, measure, read_records_dir
+from topowise.calibrate.machine import live_topology
+from topowise.calibrate.validate import compare
+from topowise.costmodel.profile import Profile
+from topowise.costmodel.profile_store import cache_path, fingerprint_text, machine_fingerprint, parse_fingerprint
+from topowise.errors import UsageError
+from topowise.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class Calibration:
+    profile: Profile
+    profile_path: str
+    cache_path: str | None
+    records_dir: str
+    report: dict
+    elapsed_s: float | None
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile.to_dict(), "profile_path": self.profile_path, "cache_path": self.cache_path,
+                "records_dir": self.records_dir, "report": self.report, "elapsed_s": self.elapsed_s}
+
+
+def default_records_dir(profile_path: str | Path) -> Path:
+    p = Path(profile_path)
+    return p.with_name(p.stem + "-records")
+
+
+def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, from_records: str | None,
+              use_cache: bool = True, timeout_s: float = 600.0, progress: Callable[[str], None] | None = None,
+              plan: Plan | None = None, fit_names: list[str] | None = None) -> Calibration:
+    """Measure (unless from_records), fit, write the profile (to `out` and the cache)."""
+    started = time.monotonic()
+    if from_records:
+        folder = Path(from_records)
+        recs, meta = read_records_dir(folder)
+        topo = Topology.from_dict(meta["topology"], f"{folder / META_FILE}")
+        fp_text = meta["fingerprint"]
+    else:
+        if device not in ("cuda", "cpu"):
+            raise UsageError(f"--device must be cuda or cpu, not {device!r}")
+        if nproc < 2:
+            raise UsageError(f"calibration measures collectives and needs two or more processes, not --nproc {nproc}")
+        fp = machine_fingerprint(device)
+        if fp is None:
+            raise UsageError("no GPUs visible through NVML: calibrate a GPU machine there, or use --device cpu")
+        fp_text = fingerprint_text(fp)
+        topo = live_topology(device, nproc)
+        folder = Path(records) if records else default_records_dir(out or cache_path(fp_text))
+        if any((folder / n).exists() for n in RECORD_FILES.values()):
+            raise UsageError(f"{folder} already holds calibration records: fit them with --from-records {folder}, "
+                             "or give another --records folder")
+        plan = plan or calibration_plan(device)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"fingerprint": fp_text, "topology": topo.to_dict(), "device": device, "nproc": nproc,
+                "plan": plan.to_dict(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+        problems = measure(plan, nproc, folder, timeout_s=timeout_s, progress=progress, topology=topo)
+        meta["measure_s"] = round(time.monotonic() - started, 1)
+        meta["problems"] = problems
+        (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+        recs, _ = read_records_dir(folder)
+        if not any(r.get("kind") == "collective" for r in recs) and not observations_from(recs):
+            raise UsageError(f"nothing was measured ({'; '.join(problems)}); see the messages above")
+    where = f"{parse_fingerprint(fp_text).get('name', '?')}, {meta.get('started', '')[:10]}"
+    min_bytes = int((meta.get("plan") or {}).get("fit_min_bytes", 0))
+    profile, report = fit_profile(recs, topo, fp_text, where=where, fit_names=fit_names, comm_min_bytes=min_bytes)
+    report["measure_s"] = meta.get("measure_s")
+    report["problems"] = meta.get("problems", [])
+    report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]
+    target = Path(out) if out else None
+    cached = cache_path(fp_text) if use_cache else None
+    for path in (target, cached):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(profile.to_json() + "\n")
+            tmp.replace(path)
+    main_path = target or cached
+    return Calibration(profile, str(main_path) if main_path else "", str(cached) if cached else None, str(folder),
+                       report, None if from_records else round(time.monotonic() - started, 1))

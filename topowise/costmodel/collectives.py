@@ -1,0 +1,122 @@
+"""The collectives of one training step, each priced where it runs.
+
+A group inside one node: comm.py's alpha-beta over the group's bottleneck ring (calibrated on this
+project's measurements). A group across nodes: network.py's model of NCCL's ring and tree. This
+module is the one place that chooses between them.
+
+Bytes per step, as PyTorch issues them (`strategy_collectives`; the strategy's flags in topowise.run):
+- ddp: fp32 gradients all-reduced in DDP buckets (bucket_cap_mb=25, first bucket 1 MiB), filled in
+  gradient-ready order; a tensor never splits, so a big embedding is a bucket of its own.
+- zero1: ddp's all-reduce, then ZeroRedundancyOptimizer broadcasts every fp32 parameter from the
+  rank that owns it (one broadcast per parameter tensor with parameters_as_bucket_view=False).
+- zero2: FSDP2, one unit per block plus the root (embedding, final norm, output layer): a bf16
+  all-gather per unit in forward, an fp32 reduce-scatter per unit in backward.
+- zero3: also a bf16 all-gather per block in backward (the root stays unsharded: FSDP2 does not
+  reshard the root after forward).
+- hsdp: zero3 inside each shard group, then an fp32 all-reduce of each unit's gradient shard across
+  the replica group (GPUs holding the same shard rank).
+"""
+
+from __future__ import annotations
+
+from topowise.costmodel import network
+from topowise.costmodel.comm import (
+    AFTER_STEP,
+    BACKWARD,
+    BACKWARD_LAST,
+    FORWARD,
+    FORWARD_FIRST,
+    CollectiveCost,
+    achieved_gbps,
+    collective_time,
+    ddp_buckets,
+    grad_tensors_in_ready_order,
+    group_link,
+    replica_groups,
+    root_params,
+    shard_groups,
+)
+from topowise.costmodel.profile import Profile
+from topowise.run import Run
+from topowise.topology.model import Wiring
+
+
+def spans_nodes(topo: Wiring, gpus) -> bool:
+    return len(topo.nodes_spanned(gpus)) > 1
+
+
+def call_cost(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile) -> tuple[float, float]:
+    """(seconds, bus GB/s achieved) of one collective over `gpus`, inside one node or across nodes."""
+    members = tuple(gpus)
+    if spans_nodes(topo, members):
+        time_s, detail = network.collective_time_s(op, nbytes, members, topo, profile)
+        return time_s, detail["bus_gbps"]
+    line, link = group_link(topo, members)
+    n = len(members)
+    return collective_time(op, nbytes, n, line, link, profile), achieved_gbps(op, n, line, link, profile)
+
+
+def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list, topo: Wiring, count: int,
+               phase: str, profile: Profile, groups: list | None = None) -> CollectiveCost:
+    """A CollectiveCost for `count` calls over `group`; with `groups` (parallel groups, e.g. every
+    shard group at once), the slowest group sets the time (inside a node: the slowest link)."""
+    groups = groups or [group]
+    n = len(groups[0])
+    if spans_nodes(topo, groups[0]):
+        per_call, bus = max((call_cost(op, nbytes, g, topo, profile) for g in groups), key=lambda c: c[0])
+        return CollectiveCost(op, int(round(nbytes)), dtype, n, count, "NET", bus, per_call * count, phase)
+    line, link = min((group_link(topo, g) for g in groups), key=lambda x: x[0])
+    per_call = collective_time(op, nbytes, n, line, link, profile)
+    return CollectiveCost(op, int(round(nbytes)), dtype, n, count, link, achieved_gbps(op, n, line, link, profile),
+                          per_call * count, phase)
+
+
+def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[CollectiveCost, ...]:
+    """The collectives of one training step (one micro-batch per step) of a placed run, and their cost.
+    `topology` carries the links the run uses (NVLink taken away for the pcie what-if)."""
+    model, gpus, spec = run.model, run.gpus, run.spec
+    group = tuple(sorted(gpus))
+    out: list[CollectiveCost] = []
+    if spec.autocast:  # DDP's family: buckets all-reduced during backward
+        buckets = ddp_buckets(model)
+        if len(buckets) > 1:
+            rest = buckets[:-1]
+            out.append(collective("all_reduce", sum(rest) / len(rest), "fp32", group, topology, len(rest), BACKWARD,
+                                  profile))
+        out.append(collective("all_reduce", buckets[-1], "fp32", group, topology, 1, BACKWARD_LAST, profile))
+        if spec.sharded:  # zero1: each owner broadcasts its updated parameters
+            tensors = grad_tensors_in_ready_order(model)
+            out.append(collective("broadcast", 4 * model.params / len(tensors), "fp32", group, topology,
+                                  len(tensors), AFTER_STEP, profile))
+        return tuple(c for c in out if c.group_size > 1)
+
+    blocks, block, root = model.num_layers, model.layer_params, root_params(model)
+    groups = shard_groups(topology, gpus, run.shard_group_size or run.num_gpus) if spec.replicated else [group]
+    g0 = groups[0]
+    ag = lambda nbytes, count, phase: collective("all_gather", nbytes, "bf16", g0, topology, count, phase, profile,
+                                                 groups)
+    rs = lambda nbytes, count, phase: collective("reduce_scatter", nbytes, "fp32", g0, topology, count, phase,
+                                                 profile, groups)
+    # forward: the root's and the first block's all-gathers come before any compute to hide behind;
+    # each later block's all-gather is prefetched during the previous block's forward.
+    out.append(ag(2 * root, 1, FORWARD_FIRST))
+    out.append(ag(2 * block, 1, FORWARD_FIRST))
+    if blocks > 1:
+        out.append(ag(2 * block, blocks - 1, FORWARD))
+    if spec.reshard_after_forward:  # blocks re-gathered in backward, prefetched one ahead
+        out.append(ag(2 * block, blocks, BACKWARD))
+    # backward: each block's reduce-scatter hides behind the next block's backward; block 0's and the
+    # root's (after the embedding backward, the last op) are exposed.
+    if blocks > 1:
+        out.append(rs(4 * block, blocks - 1, BACKWARD))
+    out.append(rs(4 * block, 1, BACKWARD_LAST))
+    out.append(rs(4 * root, 1, BACKWARD_LAST))
+    if spec.replicated and len(groups) > 1:
+        reps = replica_groups(groups)
+        ar = lambda nbytes, count, phase: collective("all_reduce", nbytes, "fp32", reps[0], topology, count, phase,
+                                                     profile, reps)
+        if blocks > 1:
+            out.append(ar(4 * block / len(g0), blocks - 1, BACKWARD))
+        out.append(ar(4 * block / len(g0), 1, BACKWARD_LAST))
+        out.append(ar(4 * root / len(g0), 1, BACKWARD_LAST))
+    return tuple(c for c in out if c.group_size > 1 and c.count > 0)

@@ -1,0 +1,23 @@
+"""`predict(run, topology, profile)`: the engine's formula for one run on one topology.
+
+The engine (who runs the strategy: PyTorch's DDP/ZeroRedundancyOptimizer/FSDP2, or DeepSpeed's ZeRO)
+is chosen from a table; each engine's module holds its formula.
+"""
+
+from __future__ import annotations
+
+from topowise.costmodel.deepspeed import predict_deepspeed
+from topowise.costmodel.prediction import Prediction
+from topowise.costmodel.profile import Profile, default_profile
+from topowise.costmodel.step import predict_pytorch
+from topowise.run import Run, place
+
+ENGINES = {"pytorch": predict_pytorch, "deepspeed": predict_deepspeed}
+
+
+def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
+    """Step time and memory per GPU for `run` on `topology`, one micro-batch per step.
+    fabric "pcie" predicts on the same GPUs with the NVLink links taken away."""
+    run = place(run, topology)  # on the real wiring, so a pcie what-if keeps hsdp's groups
+    wired = topology.without_nvlink() if run.fabric == "pcie" else topology
+    return ENGINES[run.engine](run, wired, profile or default_profile())

@@ -1,0 +1,81 @@
+"""What `predict` returns: the run, its step time split by where it goes, and its memory."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from topowise.costmodel.comm import CollectiveCost
+from topowise.costmodel.memory import MemoryBreakdown
+from topowise.run import Run
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    compute_s: float
+    comm_s: float  # all collectives, hidden or not
+    exposed_comm_s: float
+    collectives: tuple[CollectiveCost, ...] = ()
+    memory_bound_s: float = 0.0
+    optimizer_s: float = 0.0
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    host_s: float = 0.0  # host (Python) time to issue the step
+    host_wait_s: float = 0.0  # of the step, time the GPU waits for the host (0: GPU-bound)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["collectives"] = [c.to_dict() for c in self.collectives]
+        return d
+
+
+@dataclass(frozen=True)
+class Prediction:
+    run: Run  # placed: hsdp's shard group filled in
+    topology: str
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    time: TimeBreakdown
+    memory: MemoryBreakdown
+    fits: bool
+    bottleneck_gbps: float | None
+    islands_spanned: int
+    mfu: float = 0.0
+    profile_fingerprint: str = ""
+
+    # the run's fields, read where a prediction is reported
+    model_name = property(lambda self: self.run.model.name)
+    params = property(lambda self: self.run.model.params)
+    strategy = property(lambda self: self.run.strategy)
+    gpus = property(lambda self: self.run.gpus)
+    micro_batch = property(lambda self: self.run.micro_batch)
+    seq_len = property(lambda self: self.run.seq_len)
+    activation_checkpointing = property(lambda self: self.run.activation_checkpointing)
+    fabric = property(lambda self: self.run.fabric)
+    shard_group_size = property(lambda self: self.run.shard_group_size)
+    engine = property(lambda self: self.run.engine)
+
+    def to_dict(self) -> dict:
+        """predict --json: model{name, params}, step_time_s, tokens_per_s, time{...}, memory{...}, fits, ..."""
+        return {
+            "model": {"name": self.model_name, "params": self.params},
+            "topology": self.topology,
+            "strategy": self.strategy,
+            "gpus": list(self.gpus),
+            "micro_batch": self.micro_batch,
+            "seq_len": self.seq_len,
+            "activation_checkpointing": self.activation_checkpointing,
+            "fabric": self.fabric,
+            "shard_group_size": self.shard_group_size,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "time": self.time.to_dict(),
+            "memory": self.memory.to_dict(),
+            "fits": self.fits,
+            "bottleneck_gbps": self.bottleneck_gbps,
+            "islands_spanned": self.islands_spanned,
+            "profile_fingerprint": self.profile_fingerprint,
+            "engine": self.engine,
+        }
