@@ -75,7 +75,7 @@ def parse_strategies(text: str) -> tuple[str, ...]:
     """A comma-separated list of strategies ("ddp,fsdp"), aliases resolved, duplicates dropped."""
     names = [normalize_strategy(s) for s in str(text).split(",") if s.strip()]
     if not names:
-        raise UsageError(f"no strategies given: choose one or more of {', '.join(STRATEGY_NAMES)}")
+        raise UsageError(f"--strategies is empty: give one or more of {', '.join(STRATEGY_NAMES)}")
     return tuple(dict.fromkeys(names))
 
 
@@ -158,13 +158,17 @@ class Run:
         return cls(**dict(data, model=ModelSpec.from_dict(data["model"]), gpus=tuple(data["gpus"])))
 
 
+def island_shard_group_size(islands, num_gpus: int) -> int:
+    """hsdp's default shard group over `num_gpus` GPUs lying in `islands` (their NVLink islands): all of
+    them when they share one island, else the smallest island's size reduced to divide the GPU count
+    (gcd), so that groups follow islands."""
+    if len(islands) <= 1:
+        return num_gpus
+    return math.gcd(num_gpus, min(len(isl) for isl in islands))
+
+
 def default_shard_group_size(topology, gpus: tuple[int, ...]) -> int:
-    """The size of the NVLink island the GPUs lie in: all of them when they share one island, else the
-    smallest spanned island's size reduced to divide the GPU count (gcd), so groups follow islands."""
-    spanned = topology.islands_spanned(gpus)
-    if len(spanned) <= 1:
-        return len(gpus)
-    return math.gcd(len(gpus), min(len(isl) for isl in spanned))
+    return island_shard_group_size(topology.islands_spanned(gpus), len(gpus))
 
 
 def place(run: Run, topology) -> Run:

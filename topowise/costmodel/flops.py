@@ -58,9 +58,3 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, activation_checkpoi
         flops += 2.0 * model.num_layers * model.layer_params + FLASH_FORWARD_SHARE * attention
     return flops
 
-
-def mfu(model: ModelSpec, seq_len: int, tokens_per_s_per_gpu: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation: achieved model FLOP/s per GPU over the datasheet peak."""
-    if peak_flops <= 0:
-        return 0.0
-    return training_flops_per_token(model, seq_len) * tokens_per_s_per_gpu / peak_flops

@@ -27,7 +27,16 @@ from topowise.errors import UsageError
 from topowise.measure import launcher
 from topowise.measure.records import append_record, relative_error
 from topowise.models.spec import ModelSpec, load_model
-from topowise.run import ALIASES, ENGINES, FABRICS, STRATEGIES, STRATEGY_NAMES, Run
+from topowise.run import (
+    ENGINES,
+    FABRICS,
+    STRATEGIES,
+    STRATEGY_NAMES,
+    Run,
+    check_shard_group_size,
+    island_shard_group_size,
+    parse_strategies,
+)
 
 RANK_ENTRY = "topowise.measure.steps:rank_main"
 # The strategies `--engine deepspeed` runs here: DeepSpeed's ZeRO stages (hsdp would be ZeRO++ hpZ,
@@ -97,23 +106,6 @@ class TrainRequest:
 # Validation and decisions made once (pure functions: tested)
 
 
-def normalize_strategies(text: str | list[str]) -> tuple[str, ...]:
-    names = text.split(",") if isinstance(text, str) else list(text)
-    out: list[str] = []
-    for raw in names:
-        name = ALIASES.get(raw.strip().lower(), raw.strip().lower())
-        if not name:
-            continue
-        if name not in STRATEGIES:
-            raise UsageError(f"unknown strategy {raw.strip()!r}: choose from {', '.join(STRATEGY_NAMES)} "
-                             "(fsdp is an alias of zero3), comma-separated")
-        if name not in out:
-            out.append(name)
-    if not out:
-        raise UsageError(f"--strategies is empty: give one or more of {', '.join(STRATEGY_NAMES)}")
-    return tuple(out)
-
-
 def deepspeed_available() -> bool:
     """Whether `import deepspeed` can work, without importing it (that takes seconds and logs)."""
     import importlib.util
@@ -156,16 +148,16 @@ def validate_sizes(spec: ModelSpec, *, micro_batch: int, seq_len: int, steps: in
 
 def hsdp_layout(world_size: int, requested: int | None = None,
                 islands: tuple[tuple[int, ...], ...] | None = None) -> tuple[int, int, str]:
-    """(shard group size, replicas, note). An explicit request wins, then NVLink islands, then
-    world // 2 (world >= 4 and even), else the whole world (one shard group: HSDP degenerates to ZeRO-3)."""
+    """(shard group size, replicas, note). An explicit request wins, then the NVLink islands (the cost
+    model's rule, topowise.run), else, with no wiring known (CPU), half the processes when that makes
+    two or more groups, so that the replication runs too."""
     if requested is not None:
-        if requested < 1 or world_size % requested:
-            raise UsageError(f"--shard-group-size {requested} must divide the {world_size} processes "
-                             f"({world_size} = replicas x shard group size); try "
-                             + ", ".join(str(d) for d in range(1, world_size + 1) if world_size % d == 0))
+        check_shard_group_size(requested, world_size)
         shard, why = requested, "from --shard-group-size"
-    elif islands and len({len(i) for i in islands}) == 1 and world_size % len(islands[0]) == 0:
-        shard, why = len(islands[0]), f"one shard group per NVLink island of {len(islands[0])} GPUs"
+    elif islands:
+        shard = island_shard_group_size(islands, world_size)
+        why = (f"one shard group per NVLink island of {shard} GPUs" if {len(i) for i in islands} == {shard}
+               else f"shard groups of {shard} GPUs, following the NVLink islands")
     elif world_size >= 4 and world_size % 2 == 0:
         shard, why = world_size // 2, "no NVLink islands known: half the processes per shard group"
     else:
@@ -188,7 +180,7 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
     from topowise.measure.machine import live_islands
     from topowise.measure.rank import cuda_device_count
 
-    names = normalize_strategies(strategies)
+    names = parse_strategies(strategies)
     check_engine(engine, names)  # a clear error: unknown engine, strategy it lacks, DeepSpeed missing
     spec = load_model(model)
     if fabric not in FABRICS:

@@ -1,0 +1,82 @@
+"""The description of a training run: validated once, with the arithmetic in the message, and the registry."""
+
+import json
+
+import pytest
+
+from topowise.errors import UsageError
+from topowise.models.spec import load_model
+from topowise.run import STRATEGIES, STRATEGY_NAMES, Run, parse_strategies, place
+from topowise.topology.presets import load_preset
+
+TINY = load_model("tiny")
+
+
+def test_the_registry_says_what_each_strategy_shards_as_the_zero_paper_names_it():
+    # ZeRO (arXiv 1910.02054): stage 1 the optimizer states, 2 also gradients, 3 also parameters
+    assert STRATEGY_NAMES == ("ddp", "zero1", "zero2", "zero3", "hsdp")
+    assert STRATEGIES["ddp"].sharded == ()
+    assert STRATEGIES["zero1"].sharded == ("optimizer",)
+    assert STRATEGIES["zero2"].sharded == ("optimizer", "gradients")
+    assert set(STRATEGIES["zero3"].sharded) == set(STRATEGIES["hsdp"].sharded) == {"optimizer", "gradients",
+                                                                                     "parameters"}
+    # FSDP2's reshard_after_forward: False for zero2, True for zero3 and hsdp; only hsdp replicates
+    assert [s.reshard_after_forward for s in STRATEGIES.values()] == [False, False, False, True, True]
+    assert [s.replicated for s in STRATEGIES.values()] == [False, False, False, False, True]
+    # DDP and ZeroRedundancyOptimizer keep fp32 weights under autocast; FSDP2 gathers bf16
+    assert [s.autocast for s in STRATEGIES.values()] == [True, True, False, False, False]
+    assert [s.deepspeed_stage for s in STRATEGIES.values()] == [None, 1, 2, 3, 3]
+
+
+def test_an_alias_becomes_its_strategy_and_a_gpu_list_a_tuple():
+    run = Run(TINY, [0, 1], "FSDP")
+    assert run.strategy == "zero3" and run.gpus == (0, 1)
+    assert parse_strategies("DDP, fsdp,zero3,hsdp") == ("ddp", "zero3", "hsdp")
+    with pytest.raises(UsageError, match="--strategies is empty"):
+        parse_strategies(" , ")
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"strategy": "zero4"}, "unknown strategy 'zero4'; valid strategies: ddp, zero1, zero2, zero3, hsdp"),
+    ({"micro_batch": 0}, "micro-batch must be a positive number of sequences, not 0"),
+    ({"seq_len": -1}, "sequence length must be a positive number of tokens, not -1"),
+    ({"fabric": "infiniband"}, "unknown fabric 'infiniband'; valid: nvlink, pcie"),
+    ({"engine": "megatron"}, "unknown engine 'megatron'"),
+    ({"engine": "deepspeed", "strategy": "ddp"}, "--engine deepspeed runs zero1, zero2, zero3, hsdp, not ddp"),
+    ({"gpus": ()}, "no GPUs chosen"),
+    ({"gpus": (0, 1, 1, 2)}, "names a GPU twice"),
+    ({"shard_group_size": 2}, "a shard group size applies to hsdp, not zero3"),
+    ({"strategy": "hsdp", "gpus": (0, 1, 2, 3, 4, 5), "shard_group_size": 4},
+     "hsdp shard group size 4 does not divide 6 GPUs (6 % 4 = 2); choose one of 1, 2, 3, 6"),
+])
+def test_a_wrong_run_is_refused_with_what_would_be_right(kwargs, words):
+    args = {"model": TINY, "gpus": (0, 1), "strategy": "zero3", **kwargs}
+    with pytest.raises(UsageError) as err:
+        Run(**args)
+    assert words in str(err.value)
+
+
+def test_each_strategy_splits_its_state_over_the_right_number_of_gpus():
+    gpus = tuple(range(8))
+    assert Run(TINY, gpus, "ddp").shard_size == 1
+    assert Run(TINY, gpus, "zero1").shard_size == Run(TINY, gpus, "zero3").shard_size == 8
+    assert Run(TINY, gpus, "hsdp", shard_group_size=4).shard_size == 4
+    with pytest.raises(ValueError, match="place"):
+        _ = Run(TINY, gpus, "hsdp").shard_size  # unknown until the wiring says
+
+
+def test_placing_hsdp_takes_the_nvlink_island_as_its_shard_group():
+    nvl = load_preset("h100-nvl-8")  # NVLink bridges GPUs in pairs
+    assert place(Run(TINY, (0, 1, 2, 3), "hsdp"), nvl).shard_group_size == 2
+    sxm = load_preset("hgx-h100-8")  # one NVSwitch island: a single shard group of every GPU
+    assert place(Run(TINY, (0, 1, 2, 3), "hsdp"), sxm).shard_group_size == 4
+    assert place(Run(TINY, (0, 1, 2, 3), "hsdp", shard_group_size=1), nvl).shard_group_size == 1  # given: kept
+    with pytest.raises(UsageError, match="GPU 8"):
+        place(Run(TINY, (7, 8), "ddp"), nvl)
+
+
+def test_a_run_round_trips_through_json_with_its_model():
+    run = Run(load_model("qwen2.5-0.5b"), (0, 1), "hsdp", micro_batch=2, seq_len=1024, activation_checkpointing=True,
+              compile=True, fabric="pcie", shard_group_size=2, engine="deepspeed")
+    again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert again == run and again.model.params == run.model.params
