@@ -1,0 +1,27 @@
+"""Where the verbs print tables: one rule for terminals, pipes and log files.
+
+A terminal gets its own width. Piped output (`| cat`, `| less`, a log file) is not squeezed to rich's
+80-column guess: it is as wide as the table needs. Columns that hold numbers and names are never cut
+(`column(...)`); prose belongs under a table, not in a column.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+PIPED_WIDTH = 1000  # wide enough for any table here; lines end where the table ends
+
+
+def console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=False)
+
+
+def column(table: Table, header: str, **kwargs) -> None:
+    """A column whose cells are never wrapped or cut with an ellipsis (numbers, names, phases)."""
+    table.add_column(header, no_wrap=True, overflow="ignore", min_width=len(header), **kwargs)
