@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topowise.errors import UsageError
 from topowise.units import GIB, MIB
 
 GB = 1e9
@@ -75,6 +76,20 @@ def gpu_spec(name: str) -> GpuSpec:
             return GPUS[key]
     # An unknown part: no peak to predict with; callers show the name and ask for --profile.
     return GpuSpec(name, 0, 0.0, 0, 4, "unknown GPU: no datasheet row")
+
+
+def known_gpu_names() -> str:
+    """The GPU models the table knows, for messages: "H200, H200 NVL, H100, ..."."""
+    return ", ".join(GPUS)
+
+
+def check_gpu_name(name: str, flag: str = "--gpu-name") -> GpuSpec:
+    """The row of a GPU model the user named; an unknown name is refused rather than predicted as 0 GB."""
+    spec = gpu_spec(name)
+    if not spec.memory_bytes:
+        raise UsageError(f"{flag} {name!r}: not a GPU model topowise knows; give one of {known_gpu_names()} "
+                         "(matched inside the name, e.g. 'NVIDIA H100 80GB HBM3' is H100)")
+    return spec
 
 
 def nvlink_gbps(gen: int, links: int) -> float:

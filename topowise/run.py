@@ -12,6 +12,7 @@ NVLink island suggests) is settled by `place(run, topology)`.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass, replace
 
 from topowise.errors import UsageError
@@ -79,6 +80,36 @@ def parse_strategies(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+# The longest sequence topowise predicts. One sequence sits on one GPU here (context parallelism is
+# not modelled), and at such lengths attention is nearly all of the work: MFU, which counts the full
+# T x T attention square (flops.py, PaLM) while the GPU runs the causal half, climbs towards
+# compute_efficiency x 12/7 = 1.03 with the default profile; at 2^20 tokens llama3.2-3b is at 100.5%.
+MAX_SEQ_LEN = 2**19
+# How far past its published context a rotary model is taken, with a warning: the largest rope
+# scaling factor in the presets' own configs (Llama 3.1: 8192 -> 131072 tokens, factor 8).
+ROPE_STRETCH = 8
+_warned_context: set[tuple[str, int]] = set()
+
+
+def check_seq_len(model: ModelSpec, seq_len: int) -> None:
+    """Refuse a sequence the model cannot take: past learned positions, past ROPE_STRETCH x a rotary
+    model's context, past MAX_SEQ_LEN. Past a rotary model's context: one warning on stderr per model."""
+    if model.max_positions and seq_len > model.max_positions:
+        raise UsageError(f"{model.name} has {model.max_positions} learned positions: use --seq-len "
+                         f"{model.max_positions} or less, not {seq_len}")
+    context = model.context_length
+    limit = min(MAX_SEQ_LEN, ROPE_STRETCH * context) if context else MAX_SEQ_LEN
+    if seq_len > limit:
+        why = (f"{ROPE_STRETCH}x {model.name}'s context of {context:,} tokens (max_position_embeddings)"
+               if limit < MAX_SEQ_LEN else
+               f"{MAX_SEQ_LEN:,} tokens, the longest sequence topowise predicts (one sequence per GPU)")
+        raise UsageError(f"--seq-len {seq_len:,} is more than {why}; give --seq-len {limit} or less")
+    if context and seq_len > context and (model.name, context) not in _warned_context:
+        _warned_context.add((model.name, context))
+        sys.stderr.write(f"topowise: warning: --seq-len {seq_len:,} is past {model.name}'s context of {context:,} "
+                         "tokens: its rotary positions are stretched beyond what it was trained on\n")
+
+
 def check_shard_group_size(size: int, num_gpus: int) -> None:
     if size < 1 or num_gpus % size:
         divisors = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0]
@@ -110,6 +141,7 @@ class Run:
             raise UsageError(f"micro-batch must be a positive number of sequences, not {self.micro_batch}")
         if self.seq_len < 1:
             raise UsageError(f"sequence length must be a positive number of tokens, not {self.seq_len}")
+        check_seq_len(self.model, self.seq_len)
         if self.fabric not in FABRICS:
             raise UsageError(f"unknown fabric {self.fabric!r}; valid: {', '.join(FABRICS)}")
         if self.engine not in ENGINES:

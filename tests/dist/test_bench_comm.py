@@ -51,9 +51,11 @@ def test_sweep_records_resume_and_corruption(tmp_path, capsys, monkeypatch):
     for op, value in ratio.items():  # 2(n-1)/n = 1 for all_reduce and 1/2 for the chunked ops at n = 2
         assert value == pytest.approx({"all_reduce": 1.0, "broadcast": 1.0, "sendrecv": 1.0}.get(op, 0.5), rel=0.2)
     pairs = read_records(out, kind="p2p")
-    assert {(p["src"], p["dst"], p["mode"]) for p in pairs} == {(0, 1, "uni"), (1, 0, "uni"), (0, 1, "bi"), (1, 0, "bi")}
+    assert {(p["src"], p["dst"], p["mode"]) for p in pairs} == {
+        (0, 1, "uni"), (1, 0, "uni"), (0, 1, "bi"), (1, 0, "bi")}
     assert (tmp_path / "comm.matrix.png").stat().st_size > 1000
     assert "busbw" in stdout and "# Out of bounds values : 0 OK" in stdout
+    assert "backend gloo, dtype float32" in stdout and "nvlink" not in stdout  # gloo runs on no NCCL fabric
 
     # --resume runs only the new size; a spoiled result is counted and fails the run.
     with_fault(monkeypatch, "corrupt:sendrecv")
@@ -97,6 +99,8 @@ def test_a_hung_collective_ends_at_the_timeout_naming_the_case(capsys, monkeypat
     (["--dtype", "int8"], "--dtype"),
     (["--resume"], "--resume needs --out"),
     (["--ops", "none"], "nothing to do"),
+    (["--device", "cuda"], "--device cuda runs --backend nccl, not gloo"),
+    (["--fabric", "pcie"], "gloo does not use NCCL"),
 ])
 def test_bad_arguments_exit_2_with_a_clear_message(args, words, capsys):
     assert main(["bench", "comm", "--backend", "gloo", *args]) == 2

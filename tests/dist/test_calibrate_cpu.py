@@ -1,5 +1,6 @@
 """`topowise calibrate --device cpu --nproc 2`: the whole pipeline with gloo (measure, fit, write), then
-re-fitting offline, validating recorded runs, and refusing a profile of another machine."""
+re-fitting offline, validating recorded runs and, as the README chains them, `calibrate && validate`
+with the cached profile, and refusing a profile of another machine."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def calibrated(tmp_path_factory):
     out = topowise("calibrate", "--device", "cpu", "--nproc", "2", "--out", str(tmp / "cpu.json"), "--json",
                    env_extra=env)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "broadcast_buffers" not in out.stderr  # torch's FutureWarning, once per rank, is not ours to print
     return tmp, env, json.loads(out.stdout)
 
 
@@ -60,6 +62,21 @@ def test_cpu_calibration_measures_fits_and_writes_a_profile(calibrated):
     # the cache copy, keyed by the fingerprint's hash
     cached = Path(result["cache_path"])
     assert cached.parent == tmp / "cache" / "topowise" / "profiles" and json.loads(cached.read_text()) == profile
+    # a fit too loose for the accuracy target is cached with a warning (CPU steps often are)
+    rms = result["report"]["step_time"]["rms_error"]
+    assert len(result["report"]["warnings"]) == (rms > 0.10)
+
+
+def test_validate_after_calibrate_uses_the_cached_cpu_profile(calibrated, tmp_path):
+    """`topowise calibrate && topowise validate` on a CPU; with --check a missed target exits 1 (a CPU
+    cannot meet the GPU target: 3 cases, no allocator statistics)."""
+    tmp, env, result = calibrated
+    out = topowise("validate", "--device", "cpu", "--out", str(tmp_path / "v.jsonl"), "--no-plot", "--check",
+                   env_extra=env, timeout=120)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"profile: {result['cache_path']}" in out.stdout
+    assert out.stderr.rstrip().splitlines()[-1].startswith("topowise: the accuracy target is missed (cases >= 16")
+    assert "gloo (CPU)" in out.stdout and "nvlink" not in out.stdout and "broadcast_buffers" not in out.stderr
 
 
 def test_refit_from_records_measures_nothing_and_agrees(calibrated, tmp_path):

@@ -17,12 +17,12 @@ from topowise.export.torchtitan import torchtitan_args
 
 
 def make_plan(strategy="zero3", gpus=(0, 1), shard=None, fabric="nvlink", islands=1, link=318.75, node=8,
-              ac=False, micro_batch=2):
+              ac=False, micro_batch=2, engine="pytorch"):
     return LaunchPlan(model="llama3.1-8b", topology="h100-nvl-8", strategy=strategy, gpus=tuple(gpus),
                       micro_batch=micro_batch, seq_len=4096, activation_checkpointing=ac, shard_group_size=shard,
                       fabric=fabric, step_time_s=1.5, tokens_per_s=5461.0, peak_memory_bytes=70 * 2**30,
                       gpu_memory_bytes=94 * 10**9, link_gbps=link, islands_spanned=islands, node_gpus=node,
-                      why="because")
+                      why="because", engine=engine)
 
 
 ALL = [make_plan("ddp"), make_plan("zero1"), make_plan("zero2"), make_plan("zero3", ac=True),
@@ -82,13 +82,14 @@ def test_hsdp_shard_groups_are_consecutive_runs():
 # --- torchrun ------------------------------------------------------------------------------------
 def test_launch_config_argv_and_env():
     argv, env = launch_config(make_plan(gpus=(2, 3)), ["python", "-m", "my.train", "--lr", "1e-4"])
-    assert argv == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", "-m", "my.train", "--lr", "1e-4"]
+    assert argv == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", "--no-python", "python", "-m",
+                    "my.train", "--lr", "1e-4"]
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and "NCCL_P2P_DISABLE" not in env
 
 
 def test_script_args_forms():
     assert script_args(["train.py", "--x"]) == ["train.py", "--x"]
-    assert script_args(["/usr/bin/python3", "train.py"]) == ["train.py"]
+    assert script_args(["/usr/bin/python3", "train.py"]) == ["--no-python", "/usr/bin/python3", "train.py"]
     assert script_args(["bash", "run.sh"]) == ["--no-python", "bash", "run.sh"]
     with pytest.raises(UsageError):
         script_args([])
@@ -174,7 +175,8 @@ def test_accelerate_yaml_is_valid_yaml(plan):
     assert data["distributed_type"] == expected[plan.strategy]
 
 
-@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", ALL + [make_plan("zero3", engine="deepspeed")],
+                         ids=lambda p: p.strategy + ("-deepspeed" if p.engine == "deepspeed" else ""))
 def test_accelerate_launch_reads_the_config(plan, tmp_path):
     pytest.importorskip("accelerate")
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
@@ -188,8 +190,8 @@ def test_accelerate_launch_reads_the_config(plan, tmp_path):
     assert args.num_processes == plan.nproc and args.mixed_precision == "bf16"
     if plan.strategy == "ddp":
         assert args.multi_gpu
-    elif plan.strategy == "zero1":
-        assert args.use_deepspeed and int(args.zero_stage) == 1
+    elif plan.strategy == "zero1" or plan.engine == "deepspeed":
+        assert args.use_deepspeed and int(args.zero_stage) == plan.spec.deepspeed_stage
     else:
         assert args.use_fsdp and int(args.fsdp_version) == 2
         env = prepare_multi_gpu_env(args)
@@ -232,3 +234,50 @@ def test_torchtitan_command_is_one_shell_command():
 def test_unknown_export_kind():
     with pytest.raises(UsageError, match="valid: " + ", ".join(KINDS)):
         render("kubernetes", make_plan())
+
+
+# --- plans predicted as DeepSpeed runs ZeRO (plan --engine deepspeed) -----------------------------
+DEEPSPEED = [make_plan(s, engine="deepspeed") for s in ("zero1", "zero2", "zero3")]
+
+
+@pytest.mark.parametrize("plan", DEEPSPEED, ids=lambda p: p.strategy)
+def test_deepspeed_plan_round_trips_and_says_its_engine(plan, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    assert json.loads(path.read_text())["plan"]["engine"] == "deepspeed"
+    assert load_plan_file(str(path)) == plan
+    stage = plan.spec.deepspeed_stage
+    for kind in ("torchrun", "slurm", "accelerate"):
+        assert f"as DeepSpeed runs it (ZeRO-{stage})" in render(kind, plan)
+
+
+def test_plan_file_without_engine_reads_as_pytorch(tmp_path):
+    data = make_plan().to_dict()
+    del data["plan"]["engine"]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    assert load_plan_file(str(path)).engine == "pytorch"
+    data["plan"]["engine"] = "deepspeed"
+    data["plan"]["strategy"] = "ddp"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="ddp is not predicted as DeepSpeed runs it"):
+        load_plan_file(str(path))
+
+
+@pytest.mark.parametrize("plan", DEEPSPEED, ids=lambda p: p.strategy)
+def test_deepspeed_plan_exports_accelerate_with_its_deepspeed_plugin(plan):
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load(render("accelerate", plan))
+    assert data["distributed_type"] == "DEEPSPEED" and "fsdp_config" not in data
+    assert data["deepspeed_config"]["zero_stage"] == plan.spec.deepspeed_stage
+
+
+@pytest.mark.parametrize("kind,plan,match", [
+    ("torchtitan", make_plan("zero3", engine="deepspeed"), "torchtitan runs FSDP2, not DeepSpeed"),
+    ("accelerate", make_plan("hsdp", gpus=range(8), shard=2, islands=4, link=63.0, engine="deepspeed"),
+     "cannot express"),
+], ids=["torchtitan", "accelerate-hsdp"])
+def test_deepspeed_plan_is_not_exported_to_what_runs_fsdp(kind, plan, match):
+    with pytest.raises(UsageError, match=match):
+        render(kind, plan)
+    assert json.loads(render("deepspeed", plan))["zero_optimization"]["stage"] == 3

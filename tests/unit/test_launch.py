@@ -1,13 +1,14 @@
-"""launch: plan -> (argv, env), printed with --dry-run, exec'd otherwise; foreign plan files refused."""
+"""launch: plan -> (argv, env), printed with --dry-run, exec'd otherwise; foreign plan files refused.
+The real launches (torchrun on CPU) are in tests/dist/test_launch_torchrun.py."""
 
-import os
 import shlex
-import subprocess
 import sys
 
 import pytest
 
+from topowise.cli.launch import torchrun_prefix
 from topowise.cli.main import main
+from topowise.measure.torchrun import failure_line, shell_status
 
 
 @pytest.fixture
@@ -26,8 +27,21 @@ def test_dry_run_prints_env_then_torchrun(plan_file, capsys):
     assert words[0] == "CUDA_VISIBLE_DEVICES=0,1"
     start = words.index("torchrun")
     assert all("=" in w for w in words[:start])
-    assert words[start:] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", "-m", "my.train",
-                             "--tag", "a b"]
+    assert words[start:] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=2", "--no-python",
+                             "python", "-m", "my.train", "--tag", "a b"]
+
+
+@pytest.mark.parametrize("command,tail", [
+    (["python", "env.py"], ["--no-python", "python", "env.py"]),  # the command as the user wrote it
+    (["python3", "-u", "env.py"], ["--no-python", "python3", "-u", "env.py"]),
+    (["env.py", "--x"], ["env.py", "--x"]),  # a script alone: torchrun's Python runs it
+    (["-m", "pkg.train"], ["-m", "pkg.train"]),
+    (["bash", "run.sh"], ["--no-python", "bash", "run.sh"]),
+])
+def test_dry_run_keeps_the_command_as_written(plan_file, capsys, command, tail):
+    assert main(["launch", "--plan", str(plan_file), "--dry-run", "--", *command]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    assert words[-len(tail):] == tail and words[words.index("torchrun") + 4:] == tail
 
 
 def test_dry_run_from_plan_flags_with_pcie_fabric(capsys):
@@ -41,10 +55,14 @@ def test_dry_run_from_plan_flags_with_pcie_fabric(capsys):
     ('{"format": "topowise.topology", "version": 1}', "not a topowise plan"),
     ("hello", "not a topowise plan"),
     ('{"format": "topowise.plan", "version": 2}', "version 2"),
+    (b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00", "not a topowise plan: not text"),  # a binary file
 ])
 def test_foreign_plan_file_exit_2(tmp_path, capsys, content, match):
     path = tmp_path / "x.json"
-    path.write_text(content)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
     assert main(["launch", "--plan", str(path), "--dry-run", "--", "train.py"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("topowise: error: ") and match in err and err.count("\n") == 1
@@ -64,41 +82,17 @@ def test_launch_nothing_fits_exit_2(capsys):
     assert "nothing to launch" in capsys.readouterr().err
 
 
-@pytest.mark.dist
-def test_launch_execs_torchrun_with_the_plan_env(plan_file, tmp_path):
-    """A real launch on CPU: two ranks, each seeing the plan's CUDA_VISIBLE_DEVICES (one file per rank)."""
+def test_launch_runs_torchrun_through_the_status_keeping_wrapper():
     pytest.importorskip("torch")
-    code = ("import os, pathlib; e = os.environ; pathlib.Path(e['OUT_DIR'], 'rank' + e['RANK'])"
-            ".write_text(e['CUDA_VISIBLE_DEVICES'] + ' ' + e['WORLD_SIZE'])")
-    env = dict(os.environ, OUT_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "topowise", "launch", "--plan", str(plan_file), "--",
-                           "python", "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "rank0").read_text() == "0,1 2"
-    assert (tmp_path / "rank1").read_text() == "0,1 2"
+    assert torchrun_prefix() == (sys.executable, "-m", "topowise.measure.torchrun")
 
 
-# --- topowise.measure.launcher: the one place that starts processes ----------------------------------
-
-def test_job_size_from_torchrun_or_srun(monkeypatch):
-    from topowise.measure.launcher import job_size
-
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"):
-        monkeypatch.delenv(key, raising=False)
-    assert job_size() is None
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "8")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert job_size() == (8, 4)  # torchrun: two nodes of four
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("SLURM_PROCID", "1")
-    monkeypatch.setenv("SLURM_NTASKS", "4")
-    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2(x2)")
-    assert job_size() == (4, 2)  # srun, before the rank joins the group
-
-
-def test_run_topowise_gives_the_childs_exit_status():
-    from topowise.measure.launcher import run_topowise
-
-    assert run_topowise(["bench", "comm", "--backend", "gloo", "--ops", "allscatter"]) == 2
+@pytest.mark.parametrize("exitcode,status,words", [
+    (3, 3, "rank 1 exited with status 3"),
+    (1, 1, "rank 1 exited with status 1"),
+    (-9, 137, "rank 1 was killed by SIGKILL: exit status 137"),
+    (-15, 143, "rank 1 was killed by SIGTERM: exit status 143"),
+])
+def test_a_failed_rank_status_as_a_shell_reports_it(exitcode, status, words):
+    assert shell_status(exitcode) == status
+    assert failure_line(1, exitcode) == f"topowise: {words}"

@@ -14,7 +14,7 @@ from topowise.planner.candidates import (
     shard_group_sizes,
     strategy_options,
 )
-from topowise.planner.explain import gpu_list, groups_text
+from topowise.planner.explain import all_groups, gpu_list, param_count
 from topowise.planner.search import plan
 from topowise.topology.presets import load_preset
 
@@ -158,7 +158,15 @@ def test_plan_result_json_keys():
 
 def test_words_for_gpu_sets():
     assert gpu_list((0, 1, 2, 3)) == "0-3" and gpu_list((0, 2)) == "0,2"
-    assert groups_text(tuple(range(8)), 2) == "{0,1},{2,3},..."
+    # every shard group is named: a cut list could not be told from another
+    assert all_groups(tuple(range(8)), 2) == "{0,1},{2,3},{4,5},{6,7}"
+    assert all_groups((0, 2, 4, 6), 2) == "{0,2},{4,6}" and all_groups(tuple(range(16)), 8) == "{0-7},{8-15}"
+
+
+@pytest.mark.parametrize("params,text", [(8.03e9, "8.03B"), (70.6e9, "70.60B"), (494e6, "494.00M"),
+                                         (139_584, "139.58K"), (900, "900")])
+def test_parameter_counts_never_read_as_zero(params, text):
+    assert param_count(params) == text
 
 
 # --- the command line ----------------------------------------------------------------------------

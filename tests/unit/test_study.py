@@ -208,3 +208,70 @@ def test_default_study_imports_no_torch(tmp_path):
             "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# --- the report's words, tables and plots ------------------------------------------------------------
+
+def test_a_single_island_board_is_not_said_to_be_joined_by_pcie():
+    one = st.nvlink_pcie_ratios([("hgx-h100-8", load_preset("hgx-h100-8"))])[0]
+    assert "joins islands" not in one.text and "all 8 GPUs in one island" in one.text
+    assert one.values["ratio"] == pytest.approx(478.125 / 63)  # the number stays
+    bridged = st.nvlink_pcie_ratios([("h200-nvl-8", load_preset("h200-nvl-8"))])[0]
+    assert "that joins islands" in bridged.text
+
+
+def _section(md: str, heading: str) -> str:
+    """The markdown under `### heading`, up to the next heading."""
+    return md.split(f"### {heading}\n", 1)[1].split("\n#", 1)[0]
+
+
+def test_fsdp_near_ddp_heading_only_over_a_ddp_that_fits(study_8b):
+    from topowise.report.render import report_blocks, to_markdown
+
+    md = to_markdown(report_blocks(study_8b, {}))
+    near = _section(md, "Where FSDP (zero2/zero3) comes within 10% of DDP with less memory")
+    assert "does not fit" not in near.replace("DDP fits on none", "")  # DDP fits neither board here
+    assert "no DDP to come near" in near
+    over = _section(md, "Where DDP does not fit")
+    assert "| hgx-h100-8 | 8 | zero2 |" in over and "tokens/s vs DDP" in over  # FSDP in its place, a table
+
+
+def test_recommendations_are_a_table_with_the_reasons_below(study_8b):
+    from topowise.report.render import report_blocks, to_markdown
+
+    section = _section(to_markdown(report_blocks(study_8b, {})), "Recommendation per topology")
+    table, reasons = section.split("Why, as the planner says it:")
+    rows = [line for line in table.splitlines() if line.startswith("| h")]
+    assert [r.split(" | ")[0] for r in rows] == ["| hgx-h100-8", "| h200-nvl-8"]
+    assert all(len(r.split(" | ")) == 7 for r in rows)  # the numbers in columns, no prose
+    assert "  - " in reasons  # each reason split into lines under its topology
+    assert max(len(line) for line in reasons.splitlines()) < max(len(f.text) for f in
+                                                                  study_8b.findings_of("recommendations"))
+
+
+def test_slowdown_bar_labels_do_not_overlap(study_8b, tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from topowise.report import plots
+
+    monkeypatch.setattr(plt, "close", lambda fig: None)  # keep the figure to measure it
+    plots.plot_island_slowdown(study_8b, tmp_path / "s.png")
+    fig = plt.gcf()
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text().endswith("x")]
+    assert len(boxes) == len(study_8b.findings_of("island_slowdown"))
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    swatches = {t.get_text(): h for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
+    assert all(not swatches[s].get_hatch() for s in STRATEGY_NAMES)  # hatching only means "does not fit"
+    plt.close(fig)
+
+
+def test_summary_is_not_squeezed_when_piped(written, capsys):
+    from topowise.report.render import print_summary
+
+    study = st.Study.from_dict(json.loads((written / "study.json").read_text()))
+    print_summary(study, {})
+    out = capsys.readouterr().out
+    assert "Recommendation per topology" in out and "…" not in out
+    assert not any(line.startswith("of ") for line in out.splitlines())  # no sentence broken at 80 columns

@@ -82,6 +82,26 @@ def test_table_output_shows_matrix_islands_tiers_and_warnings(capsys, monkeypatc
     assert "NCCL_P2P_DISABLE=1" in out
 
 
+V100 = str(DATA / "06_v100-sxm2-x8_hybrid-cube-mesh_vastai_mlx5x1.txt")
+
+
+@pytest.mark.parametrize("source,gpus,warned", [
+    # V100 hybrid cube-mesh: one NVLink island, yet 0 and 5 meet only through the CPUs (SYS, 15.75 GB/s)
+    (["--file", V100, "--gpu-name", "V100"], "0,5", "GPUs 0,5 run a ring at 15.75 GB/s per direction (it must "
+     "cross SYS, e.g. between GPUs 0 and 5), under half the 50 GB/s of the best 2 GPUs here (0,3)"),
+    (["--file", V100, "--gpu-name", "V100"], "0,1,2,5", "under half the 100 GB/s of the best 4 GPUs here (0,1,2,3)"),
+    (["--file", V100, "--gpu-name", "V100"], "0,3", None),  # the best pair
+    (["--file", V100, "--gpu-name", "V100"], "0,1", None),  # NV1 at 25 GB/s: half the best, not under it
+    (["--preset", "h100-nvl-8"], "0,2", "span 2 NVLink islands"),  # said once, by the island warning
+], ids=["v100-0,5", "v100-0,1,2,5", "v100-best-pair", "v100-half-the-best", "nvl-across-islands"])
+def test_selection_far_below_the_best_of_its_size_warns(capsys, source, gpus, warned):
+    ws = run_json(capsys, *source, "--gpus", gpus)["warnings"]
+    if warned is None:
+        assert ws == []
+    else:
+        assert len(ws) == 1 and warned in ws[0]
+
+
 def test_list_presets(capsys):
     assert main(["topo", "--list-presets"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -33,6 +33,31 @@ class Calibration:
                 "records_dir": self.records_dir, "report": self.report, "elapsed_s": self.elapsed_s}
 
 
+# The accuracy target lets no validation case miss by more than 10% (docs/calibration.md): a fit that
+# misses its own runs by more than that, root mean square, cannot meet it on other cases.
+FIT_WARN_RMS = 0.10
+
+
+def fit_warnings(report: dict, device: str, cached: bool) -> list[str]:
+    """One line per fit too loose to trust, saying who will use the profile anyway."""
+    out = []
+    for what, key in (("step-time", "step_time"), ("memory", "memory")):
+        fit = report.get(key) or {}
+        if not fit.get("observations") or fit.get("rms_error") is None or fit["rms_error"] <= FIT_WARN_RMS:
+            continue
+        line = (f"the {what} fit misses its own {fit['observations']} runs by {100 * fit['rms_error']:.1f}% rms "
+                f"(worst {100 * fit['max_error']:.1f}%), more than the {100 * FIT_WARN_RMS:g}% the accuracy target "
+                "allows a case: predictions with this profile are no closer")
+        if device == "cpu":
+            line += " (a CPU step is mostly per-operation overhead, which the cost model does not describe)"
+        if cached:
+            users = "validate" if device == "cpu" else "predict, plan, study and validate"
+            line += (f"; it is cached all the same, and {users} on this machine {'uses' if device == 'cpu' else 'use'} "
+                     "it (--no-cache keeps it out)")
+        out.append(line)
+    return out
+
+
 def default_records_dir(profile_path: str | Path) -> Path:
     p = Path(profile_path)
     return p.with_name(p.stem + "-records")
@@ -82,6 +107,7 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]
     target = Path(out) if out else None
     cached = cache_path(fp_text) if use_cache else None
+    report["warnings"] = fit_warnings(report, parse_fingerprint(fp_text).get("device", device), cached is not None)
     for path in (target, cached):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from topowise.errors import UsageError
 from topowise.expectations import with_expected_busbw
 from topowise.measure import launcher
 from topowise.measure.comm import CommConfig
-from topowise.measure.records import read_records
+from topowise.measure.records import fabric_label, read_records
 
 RECORD_FILES = {"collective": "collectives.jsonl", "train": "train.jsonl", "matmul": "matmul.jsonl",
                 "hbm_pass": "passes.jsonl"}
@@ -41,18 +41,19 @@ def measure(plan: Plan, nproc: int, records_dir: Path, *, timeout_s: float = 600
         env = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")}
         if fabric == "pcie":
             env["NCCL_P2P_DISABLE"] = "1"  # only this; NCCL_NVLS_ENABLE and friends pass through untouched
+        where = "gloo" if fabric_label(fabric, plan.device) == "gloo" else f"fabric {fabric}"
         heartbeat = records_dir / f".heartbeat.{fabric}"
         heartbeat.write_text("start")
         if progress:
-            progress(f"{fabric}: {len(plan.comm_sizes) * len(plan.comm_ops)} collective cases, "
-                     f"{len(cases)} training runs")
+            progress(f"{fabric_label(fabric, plan.device)}: {len(plan.comm_sizes) * len(plan.comm_ops)} collective "
+                     f"cases, {len(cases)} training runs")
         status = launcher.launch(ENTRY, config, nproc=nproc, env=env, timeout_s=timeout_s, heartbeat=str(heartbeat))
         heartbeat.unlink(missing_ok=True)
         if status == launcher.TIMED_OUT:
-            problems.append(f"measuring on fabric {fabric} stopped: no progress for {timeout_s:g} s (a hung "
+            problems.append(f"measuring on {where} stopped: no progress for {timeout_s:g} s (a hung "
                             "collective?); its records up to then are used")
         elif status != 0:
-            problems.append(f"measuring on fabric {fabric} failed (exit status {status}; the ranks' messages are "
+            problems.append(f"measuring on {where} failed (exit status {status}; the ranks' messages are "
                             "above); its records up to then are used")
         if progress and status != 0:
             progress(problems[-1])

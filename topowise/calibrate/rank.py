@@ -22,7 +22,7 @@ from topowise.measure.collectives import run_collectives
 from topowise.measure.comm import CommConfig
 from topowise.measure.machine import live_topology
 from topowise.measure.rank import destroy_process_group, init_distributed
-from topowise.measure.records import append_record
+from topowise.measure.records import append_record, fabric_label
 from topowise.units import MIB
 
 
@@ -31,10 +31,11 @@ def rank_main(config: dict) -> None:
     train's code, in this process group, one case after another)."""
     rank = init_distributed(config["backend"], float(config.get("timeout_s", 600)))
     beat = config.get("heartbeat")
+    label = fabric_label(config["fabric"], "cpu" if config["backend"] == "gloo" else "cuda")
 
     def say(text: str) -> None:
         if rank.is_main:
-            print(f"  {config['fabric']}: {text}", file=sys.stderr, flush=True)  # stdout stays clean for --json
+            print(f"  {label}: {text}", file=sys.stderr, flush=True)  # stdout stays clean for --json
             if beat:
                 Path(beat).write_text(text)
 

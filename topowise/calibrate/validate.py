@@ -210,12 +210,16 @@ def plot_validation(rows: list[ValidationRow], path: str, summary: dict | None =
     import matplotlib.pyplot as plt
     import matplotlib.ticker  # noqa: F401 - used as matplotlib.ticker
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    panels = ((axes[0], "step time (ms)", lambda r: r.measured_step_s, lambda r: r.predicted_step_s, 1e3),
-              (axes[1], "peak allocated memory (GiB)", lambda r: r.measured_alloc, lambda r: r.predicted_alloc,
-               1 / GIB))
-    for ax, label, meas, pred, scale in panels:
-        pts = [(meas(r) * scale, pred(r) * scale, r) for r in rows if meas(r) and pred(r) is not None]
+    panels = [("step time (ms)", lambda r: r.measured_step_s, lambda r: r.predicted_step_s, 1e3),
+              ("peak allocated memory (GiB)", lambda r: r.measured_alloc, lambda r: r.predicted_alloc, 1 / GIB)]
+    points = [[(meas(r) * scale, pred(r) * scale, r) for r in rows if meas(r) and pred(r) is not None]
+              for _label, meas, pred, scale in panels]
+    # CPU runs measure no allocated memory (no CUDA allocator): leave that panel out rather than empty
+    shown = [i for i, pts in enumerate(points) if pts] or [0]
+    fig, axes = plt.subplots(1, len(shown), figsize=(11 if len(shown) > 1 else 8, 5), squeeze=False)
+    axes = axes[0]
+    for ax, i in zip(axes, shown):
+        label, pts = panels[i][0], points[i]
         for x, y, r in pts:
             ax.scatter(x, y, color=STRATEGY_COLORS.get(r.case.strategy, "black"),
                        marker="o" if r.case.fabric == "nvlink" else "^", s=36)
@@ -236,14 +240,14 @@ def plot_validation(rows: list[ValidationRow], path: str, summary: dict | None =
     handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=s) for s, c in STRATEGY_COLORS.items()]
     handles += [plt.Line2D([], [], color="black", marker="o", ls="", label="nvlink"),
                 plt.Line2D([], [], color="black", marker="^", ls="", label="pcie")]
-    axes[1].legend(handles=handles, fontsize=8, loc="upper left")
+    axes[-1].legend(handles=handles, fontsize=8, loc="upper left")
     if summary:
         s, m = summary["step_time"], summary["peak_memory"]
         pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        memory = (f"; memory mean {pct(m['mean_abs_error'])}, max {pct(m['max_abs_error'])}" if 1 in shown
+                  else "; memory not measured")
         fig.suptitle(f"topowise validate: {summary['ok']} cases; step time error mean {pct(s['mean_abs_error'])}, "
-                     f"max {pct(s['max_abs_error'])}; memory mean {pct(m['mean_abs_error'])}, "
-                     f"max {pct(m['max_abs_error'])}"
-                     " (dashed: +-10%)", fontsize=10)
+                     f"max {pct(s['max_abs_error'])}{memory} (dashed: +-10%)", fontsize=10)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import replace
 
+from topowise.cli.console import PIPED_WIDTH
 from topowise.errors import UsageError
 from topowise.measure import comm
 from topowise.measure.launcher import in_job, job_size
@@ -26,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes to start (default: every visible GPU; 2 with --backend gloo)")
     parser.add_argument("--backend", choices=("nccl", "gloo"), default=None,
                         help="nccl on GPUs (default when CUDA is there), gloo on CPU")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="as bench train and calibrate say it: cuda is --backend nccl, cpu is --backend gloo")
     parser.add_argument("--ops", default="all",
                         help=f"comma-separated: {','.join(comm.OPS)} (default all; 'none' with --matrix)")
     parser.add_argument("--min-bytes", default="1M", help="smallest message, e.g. 1M, 64MiB (default 1M)")
@@ -83,11 +86,17 @@ def run(args: argparse.Namespace) -> int:
 
         profile = load_profile(args.profile)
 
-    from topowise.measure.rank import cuda_device_count  # measuring needs torch; everything above did not
+    from topowise.measure.launcher import require_torch
+    from topowise.measure.rank import cuda_device_count
 
+    requested = backend_of(args.backend, args.device)
+    require_torch("bench comm")  # measuring needs torch; everything above did not
     ngpu = cuda_device_count()
     cuda = ngpu > 0
-    backend = args.backend or ("nccl" if cuda else "gloo")
+    backend = requested or ("nccl" if cuda else "gloo")
+    if backend == "gloo" and args.fabric == "pcie":
+        raise UsageError("--fabric pcie takes NVLink away from NCCL (NCCL_P2P_DISABLE=1); gloo does not use NCCL: "
+                         "leave --fabric out with --backend gloo")
     min_bytes = comm.parse_size(args.min_bytes, "--min-bytes")
     max_bytes = comm.parse_size(args.max_bytes or ("1G" if backend == "nccl" else "16M"), "--max-bytes")
     sizes = comm.size_sweep(min_bytes, max_bytes, args.factor)
@@ -134,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def backend_of(backend: str | None, device: str | None) -> str | None:
+    """--backend, or what --device (the flag bench train and calibrate take) stands for; None: neither given."""
+    implied = {"cuda": "nccl", "cpu": "gloo"}.get(device or "")
+    if backend and implied and backend != implied:
+        raise UsageError(f"--device {device} runs --backend {implied}, not {backend}: give one of the two")
+    return backend or implied
+
+
 NCCL_ALGOS = {"ring": "Ring", "tree": "Tree", "collnetdirect": "CollnetDirect", "collnetchain": "CollnetChain",
               "nvls": "NVLS", "nvlstree": "NVLSTree", "pat": "PAT"}
 
@@ -165,12 +182,10 @@ def _run_once(args, cfg: comm.CommConfig, nproc: int, plot: str) -> int:
         env["NCCL_P2P_DISABLE"] = "1"  # only this: NCCL_NVLS_ENABLE and friends pass through untouched
     console = progress = None
     if not args.json:
-        from rich.console import Console
+        from topowise.cli.console import console as make_console
 
-        console = Console()
-        if not console.is_terminal:  # a pipe or file: wide enough for the table, no wrapping
-            console = Console(width=200)
-        progress = _Progress(console)
+        console = make_console()
+        progress = _Progress(console) if console.is_terminal else None  # a log file gets no bar
     try:
         done = comm.run_comm(cfg, nproc=nproc, env=env, debug=getattr(args, "debug", False),
                              on_state=progress.show if progress else None)
@@ -249,14 +264,16 @@ def _single_gpu(args, matrix_bytes: int) -> int:
     if args.json:
         print(json.dumps({"note": note, "copies": records}, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from topowise.cli.console import column
+    from topowise.cli.console import console as make_console
+
+    console = make_console()
     console.print(f"[yellow]{note}[/]")
     table = Table(box=None)
     for col in ("copy", "size (B)", "time (us)", "GB/s"):
-        table.add_column(col, justify="right")
+        column(table, col, justify="right")
     names = {"h2d": "host -> device", "d2h": "device -> host", "d2d": "device -> device"}
     for r in records:
         table.add_row(names[r["op"]], str(r["bytes"]), f"{r['time_s'] * 1e6:.1f}", f"{r['gbps']:.1f}")
@@ -277,12 +294,42 @@ def _meta(cfg: comm.CommConfig, result: dict) -> dict:
     }
 
 
-def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta: dict, ctx: dict | None) -> None:
+def natural_width(console, table) -> int:
+    """The width `table` takes when nothing squeezes it."""
+    return console.measure(table, options=console.options.update_width(PIPED_WIDTH)).maximum
+
+
+def collectives_table(records: list[dict], compact: bool = False):
+    """nccl-tests' columns, each unit under its name; `compact` leaves out the element count and
+    the dtype (one per run, said above the table), so that the table fits 80 columns."""
     from rich.table import Table
+
+    from topowise.cli.console import column
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    cols = [("size", "(B)"), ("count", "(elements)"), ("type", ""), ("op", ""), ("time", "(us)"),
+            ("algbw", "(GB/s)"), ("busbw", "(GB/s)"), ("#wrong", ""), ("expected", "(%)")]
+    if compact:
+        cols = [c for c in cols if c[0] not in ("count", "type")]
+    for name, unit in cols:
+        column(table, f"{name}\n{unit}", justify="left" if name in ("type", "op") else "right")
+    for r in records:
+        pct = r.get("expected_pct")
+        exp = "-" if pct is None else f"{pct:.0f}% of {r['expected_busbw_gbps']:.3g}" + (" !" if r["flagged"] else "")
+        style = "red" if r["wrong"] else ("yellow" if r["flagged"] else None)
+        cells = {"size": str(r["bytes"]), "count": str(r["count"]), "type": r["dtype"], "op": r["op"],
+                 "time": f"{r['time_s'] * 1e6:.1f}", "algbw": f"{r['algbw_gbps']:.2f}",
+                 "busbw": f"{r['busbw_gbps']:.2f}", "#wrong": str(r["wrong"]), "expected": exp}
+        table.add_row(*[cells[name] for name, _ in cols], style=style)
+    return table
+
+
+def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta: dict, ctx: dict | None) -> None:
     from rich.text import Text
 
+    fabric = "" if cfg.backend == "gloo" else f", fabric {meta['fabric']}"  # gloo runs on no fabric of NCCL's
     lines = [
-        f"# topowise bench comm: world size {meta['world_size']}, backend {meta['backend']}, fabric {meta['fabric']}, "
+        f"# topowise bench comm: world size {meta['world_size']}, backend {meta['backend']}{fabric}, "
         f"dtype {meta['dtype']}, {meta['warmup']} warmup + {meta['iters']} timed calls per case",
     ]
     if cfg.backend == "nccl":
@@ -299,18 +346,9 @@ def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta:
     lines += [f"# {n}" for n in meta["notes"]]
     for line in lines:
         console.print(Text(line, style="dim"))
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    cols = [("size", "(B)"), ("count", "(elements)"), ("type", ""), ("op", ""), ("time", "(us)"),
-            ("algbw", "(GB/s)"), ("busbw", "(GB/s)"), ("#wrong", ""), ("expected", "(%)")]
-    for name, _ in cols:
-        table.add_column(name, justify="left" if name in ("type", "op") else "right", no_wrap=True)
-    table.add_row(*[Text(u, style="dim") for _, u in cols])
-    for r in records:
-        pct = r.get("expected_pct")
-        exp = "-" if pct is None else f"{pct:.0f}% of {r['expected_busbw_gbps']:.3g}" + (" !" if r["flagged"] else "")
-        style = "red" if r["wrong"] else ("yellow" if r["flagged"] else None)
-        table.add_row(str(r["bytes"]), str(r["count"]), r["dtype"], r["op"], f"{r['time_s'] * 1e6:.1f}",
-                      f"{r['algbw_gbps']:.2f}", f"{r['busbw_gbps']:.2f}", str(r["wrong"]), exp, style=style)
+    table = collectives_table(records)
+    if natural_width(console, table) > console.width:  # a narrow terminal: the dtype is in the line above
+        table = collectives_table(records, compact=True)
     console.print(table)
     wrong = sum(r["wrong"] for r in records)
     console.print(Text(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
@@ -331,6 +369,8 @@ def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta:
 def render_matrix(console, pairs, plot) -> None:
     from rich.table import Table
 
+    from topowise.cli.console import column
+
     for method in ("copy", "nccl", "gloo"):
         for mode in ("uni", "bi"):
             gpus, grid = comm.matrix(pairs, method, mode)
@@ -339,9 +379,9 @@ def render_matrix(console, pairs, plot) -> None:
             console.print(f"# {method} {'unidirectional' if mode == 'uni' else 'bidirectional'} GB/s "
                           "(row: source GPU, column: destination GPU)")
             table = Table(box=None)
-            table.add_column("src\\dst", justify="right")
+            column(table, "src\\dst", justify="right")
             for g in gpus:
-                table.add_column(str(g), justify="right")
+                column(table, str(g), justify="right")
             for g, row in zip(gpus, grid):
                 table.add_row(str(g), *["-" if v is None else f"{v:.1f}" for v in row])
             console.print(table)

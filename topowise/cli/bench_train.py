@@ -77,7 +77,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.json:
         print(json.dumps({"records": records, "losses_check": agreement.to_dict()}, indent=2))
-    return 0 if agreement.agree else 1
+    return exit_status(records, agreement)
+
+
+CRASHED = ("error", "timeout")  # statuses of a strategy that left no numbers; "oom" is an answer
+
+
+def exit_status(records: list[dict], agreement) -> int:
+    """1 when a strategy crashed or hung (its numbers are missing) or the losses diverge; an OOM is a
+    result (that strategy does not fit at this size), and a check with one strategy compares nothing."""
+    crashed = any(r["status"] in CRASHED for r in records)
+    return 1 if crashed or agreement.agree is False else 0
 
 
 def _topology(name: str | None, request):
@@ -93,21 +103,23 @@ def _topology(name: str | None, request):
 
 
 def _run_with_progress(train, request, expect):
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console()
+    from topowise.cli.console import console as make_console
+    from topowise.planner.explain import param_count
+
+    console = make_console()
     first, run = request.cases[0], request.cases[0].run
-    console.print(f"[bold]bench train[/] {request.spec.name} ({request.spec.params / 1e9:.2f} B parameters) on "
+    console.print(f"[bold]bench train[/] {request.spec.name} ({param_count(request.spec.params)} parameters) on "
                   f"{request.nproc} x {first.device}, micro-batch {run.micro_batch} x seq {run.seq_len}, "
-                  f"{first.warmup} warm-up + {first.steps} timed steps, fabric {run.fabric}"
+                  f"{first.warmup} warm-up + {first.steps} timed steps, {_fabric_words(run.fabric, first.device)}"
                   + (f", engine {run.engine}" if run.engine != "pytorch" else "")
                   + (", activation checkpointing" if run.activation_checkpointing else "")
-                  + (", compiled" if run.compile else ""))
+                  + (", compiled" if run.compile else ""), highlight=False)
     if request.hsdp_note:
-        console.print(f"hsdp: {request.hsdp_note}")
+        console.print(f"hsdp: {request.hsdp_note}", highlight=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("starting", total=len(request.cases))
 
         def on_event(event, case, record):
@@ -115,15 +127,26 @@ def _run_with_progress(train, request, expect):
                 progress.update(task, description=f"{case.run.strategy}: running")
             else:
                 progress.advance(task)
-                progress.console.print(_one_line(record))
+                progress.console.print(_one_line(record), highlight=False)
 
         records, agreement = train.bench_train(request, expect, on_event)
-    console.print(train_table(records))
-    style = "green" if agreement.agree else "bold red"
-    console.print(f"[{style}]{agreement.message()}[/]")
+    print_tables(console, records)
+    style = {True: "green", False: "bold red", None: "yellow"}[agreement.agree]
+    console.print(f"[{style}]{agreement.message()}[/]", highlight=False)
+    crashed = [f"{r['strategy']} ({r['status']})" for r in records if r["status"] in CRASHED]
+    if crashed:
+        console.print(f"[bold red]not measured: {', '.join(crashed)}: see the error above (exit status 1)[/]",
+                      highlight=False)
     if request.out:
-        console.print(f"records appended to {request.out}")
+        console.print(f"records appended to {request.out}", highlight=False)
     return records, agreement
+
+
+def _fabric_words(fabric: str, device: str) -> str:
+    from topowise.measure.records import fabric_label
+
+    label = fabric_label(fabric, device)
+    return "gloo" if label == "gloo" else f"fabric {label}"
 
 
 def _one_line(record: dict) -> str:
@@ -134,39 +157,79 @@ def _one_line(record: dict) -> str:
             + (f", MFU {100 * mfu:.1f}% of measured peak" if mfu else ""))
 
 
-def train_table(records: list[dict]):
-    from rich.table import Table
+def _fmt(value, scale: float = 1.0, spec: str = "{:.1f}") -> str:
+    return "-" if value is None else spec.format(value * scale)
 
-    first = records[0] if records else {}
-    table = Table(title=f"bench train: {first.get('model', '')}, {first.get('world_size', '')} processes, "
-                        f"{first.get('device', '')}, fabric {first.get('fabric', '')}"
-                        + (f", engine {first['engine']}" if first.get("engine", "pytorch") != "pytorch" else ""))
-    for col in ("strategy", "status", "ms/step", "tok/s/GPU", "MFU", "MFU sheet", "GiB", "resv GiB",
-                "pred ms (err)", "pred alloc (err)", "loss"):
-        table.add_column(col, justify="left" if col in ("strategy", "status") else "right")
 
-    def fmt(value, scale=1.0, spec="{:.1f}"):
-        return "-" if value is None else spec.format(value * scale)
+def _pct(error) -> str:
+    return "-" if error is None else f"{100 * error:+.1f}%"
 
-    def with_error(value, error, scale, spec):
-        return fmt(value, scale, spec) + ("" if error is None else f" ({100 * error:+.0f}%)")
 
-    for r in records:
-        pred = r.get("predicted") or {}
-        status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]"
-        table.add_row(
-            r["strategy"], status, fmt(r["step_time_s"], 1e3), fmt(r["tokens_per_s_per_gpu"], 1, "{:,.0f}"),
-            fmt(r.get("mfu_measured_peak"), 100, "{:.1f}%"), fmt(r["mfu"], 100, "{:.1f}%"),
-            fmt(r["peak_memory_bytes"], 1 / GIB, "{:.2f}"), fmt(r.get("reserved_bytes"), 1 / GIB, "{:.2f}"),
-            with_error(pred.get("step_time_s"), pred.get("step_time_error"), 1e3, "{:.1f}"),
-            with_error(pred.get("allocated_bytes", pred.get("peak_memory_bytes")), pred.get("peak_memory_error"),
-                       1 / GIB, "{:.2f}"),
-            fmt(r["losses"][-1] if r["losses"] else None, 1, "{:.4f}"))
+def print_tables(console, records: list[dict]) -> None:
+    """The measured table, then predicted vs measured when the cost model had a prediction; what
+    the cells do not say (MFU's peaks, why there is no prediction) goes under them, not into a column."""
+    console.print(train_table(records))
     peaks = [r for r in records if r.get("peak_flops_measured")]
     if peaks:
         r = peaks[0]
-        table.caption = (f"MFU: (6N + 12LHQT) x tokens/s over the bf16 8192^3 matmul rate measured on rank 0, "
-                         f"{r['peak_flops_measured'] / 1e12:.0f} TFLOP/s; MFU sheet: over the datasheet peak, "
-                         f"{(r.get('peak_flops_datasheet') or 0) / 1e12:.0f} TFLOP/s (hardware.py)")
+        console.print(f"MFU: model FLOPs (6N + 12LHQT) x tokens/s over the bf16 8192^3 matmul rate measured on "
+                      f"rank 0, {r['peak_flops_measured'] / 1e12:.0f} TFLOP/s; MFU sheet: over the datasheet peak, "
+                      f"{(r.get('peak_flops_datasheet') or 0) / 1e12:.0f} TFLOP/s", highlight=False)
+    compared = prediction_table(records)
+    if compared is not None:
+        console.print(compared)
+    notes = sorted({(r.get("predicted") or {}).get("note") for r in records} - {None})
+    for note in notes:
+        console.print(f"no prediction: {note}", highlight=False)
+
+
+def _table(title: str):
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+
+
+def train_table(records: list[dict]):
+    """What was measured, one row per strategy. Two-line headers keep it inside 80 columns."""
+    from topowise.cli.console import column
+
+    first = records[0] if records else {}
+    world = first.get("world_size", "")
+    table = _table(f"bench train: {first.get('model', '')}, {world} process{'' if world == 1 else 'es'}, "
+                   f"{first.get('device', '')}, {_fabric_words(first.get('fabric', ''), first.get('device'))}"
+                   + (f", engine {first['engine']}" if first.get("engine", "pytorch") != "pytorch" else ""))
+    for header in ("strategy", "status"):
+        column(table, header)
+    for header in ("ms/step", "tok/s\n/GPU", "MFU", "MFU\nsheet", "peak\nGiB", "resv\nGiB", "loss"):
+        column(table, header, justify="right")
+    for r in records:
+        status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]"
+        table.add_row(
+            r["strategy"], status, _fmt(r["step_time_s"], 1e3), _fmt(r["tokens_per_s_per_gpu"], 1, "{:,.0f}"),
+            _fmt(r.get("mfu_measured_peak"), 100, "{:.1f}%"), _fmt(r["mfu"], 100, "{:.1f}%"),
+            _fmt(r["peak_memory_bytes"], 1 / GIB, "{:.2f}"), _fmt(r.get("reserved_bytes"), 1 / GIB, "{:.2f}"),
+            _fmt(r["losses"][-1] if r["losses"] else None, 1, "{:.4f}"))
     return table
 
+
+def prediction_table(records: list[dict]):
+    """The cost model's step time and allocated memory beside the measured ones (the memory measured
+    over the timed steps, the one the error is of); None when no record has a prediction."""
+    from topowise.cli.console import column
+
+    rows = [r for r in records if "step_time_s" in (r.get("predicted") or {})]
+    if not rows:
+        return None
+    table = _table("predicted vs measured")
+    column(table, "strategy")
+    for header in ("pred ms", "meas ms", "error", "pred GiB", "meas GiB", "error"):
+        column(table, header, justify="right")
+    for r in rows:
+        pred = r["predicted"]
+        measured_mem = r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")
+        table.add_row(r["strategy"], _fmt(pred["step_time_s"], 1e3), _fmt(r["step_time_s"], 1e3),
+                      _pct(pred.get("step_time_error")),
+                      _fmt(pred.get("allocated_bytes", pred.get("peak_memory_bytes")), 1 / GIB, "{:.2f}"),
+                      _fmt(measured_mem, 1 / GIB, "{:.2f}"), _pct(pred.get("peak_memory_error")))
+    return table

@@ -71,6 +71,7 @@ def parse_fit_names(text: str | None) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     from topowise.calibrate.driver import calibrate
     from topowise.errors import UsageError
+    from topowise.measure.launcher import require_torch
 
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
@@ -82,33 +83,51 @@ def run(args: argparse.Namespace) -> int:
         device, nproc = default_device_and_nproc(args.device, args.nproc)
         if nproc < 2:
             raise UsageError(f"calibration measures collectives and needs two or more processes, not --nproc {nproc}")
+        require_torch("calibrate", "--from-records DIR fits the records of an earlier run without it")
     fit_names = parse_fit_names(args.fit)
     progress = None if args.json else (lambda line: print(line, flush=True))
     if progress and not args.from_records:
-        progress(f"calibrating {device} with {nproc} processes: comm sweep and training steps per fabric")
+        progress(f"calibrating {device} with {nproc} processes: comm sweep and training steps "
+                 + ("(gloo)" if device == "cpu" else "per fabric"))
     result = calibrate(device=device, nproc=nproc, out=args.out, records=args.records, from_records=args.from_records,
                        use_cache=not args.no_cache, timeout_s=args.timeout, progress=progress, fit_names=fit_names)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         render(result)
+    for warning in result.report.get("warnings", []):
+        sys.stderr.write(f"topowise: warning: {warning}\n")
     return 1 if result.report.get("problems") else 0
 
 
+def source_kind(source: str) -> str:
+    """A profile value's source in two words; the whole sentence stays in the profile's `sources`."""
+    if source.startswith("calibrated"):
+        return "fitted here"
+    if source.startswith("not identified"):
+        return "kept: not identified"
+    if source.startswith("not calibrated"):
+        return "kept: not measured"
+    return "default"
+
+
 def render(result) -> None:
-    from rich.console import Console
+    from rich import box
     from rich.table import Table
 
-    from topowise.units import GIB
+    from topowise.cli.console import column
+    from topowise.cli.console import console as make_console
+    from topowise.cli.validate import comparison_tables, run_words
+    from topowise.costmodel.profile_store import parse_fingerprint
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = make_console()
     p, rep = result.profile, result.report
-    table = Table(title=f"Calibrated profile: {p.fingerprint}", show_edge=False)
-    table.add_column("parameter")
-    table.add_column("value", justify="right")
-    table.add_column("fitted from", overflow="fold")
+    device = parse_fingerprint(p.fingerprint).get("device", "cuda")
+    console.print(f"[bold]Calibrated profile[/]: {p.fingerprint}", highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    column(table, "parameter")
+    column(table, "value", justify="right")
+    column(table, "source")
     rows = [("compute_efficiency", f"{p.compute_efficiency:.3f}"), ("hbm_efficiency", f"{p.hbm_efficiency:.3f}"),
             ("peak_flops", f"{p.peak_flops:.4g}"),
             ("activation_scale", f"{p.activation_scale:.3f}"), ("allocator_slack", f"{p.allocator_slack:.3f}")]
@@ -121,13 +140,11 @@ def render(result) -> None:
         rows.append((f"comm_efficiency.{key}", f"{p.comm_efficiency[key]:.3f}"))
         rows.append((f"latency_s.{key}", f"{p.latency_s[key] * 1e6:.1f} us"))
     for name, value in rows:
-        source = p.sources.get(name, "")
-        source = source if len(source) <= 150 else source[:147] + "..."  # whole in the profile JSON
-        style = None if source.startswith("calibrated") else "dim"
-        table.add_row(name, value, source, style=style)
-    if kept:
-        table.caption = f"{kept} link/op pairs not measured here keep their defaults (see the profile's sources)"
+        kind = source_kind(p.sources.get(name, ""))
+        table.add_row(name, value, kind, style=None if kind == "fitted here" else "dim")
     console.print(table)
+    console.print("what each value was fitted from, with the numbers: the profile's \"sources\""
+                  + (f"; {kept} link/op pairs not measured here keep their defaults" if kept else ""), highlight=False)
     st = rep.get("step_time") or {}
     if st.get("observations"):
         console.print(f"step-time fit over {st['observations']} runs: rms error {100 * st['rms_error']:.1f}%, "
@@ -138,25 +155,20 @@ def render(result) -> None:
                       f"worst {100 * mem['max_error']:.1f}%")
     detail = rep.get("runs_detail") or []
     if detail:
-        runs = Table(title="Calibration runs with the fitted profile", show_edge=False)
-        for col in ("run", "fabric", "pred ms", "meas ms", "error", "pred GiB", "meas GiB", "error"):
-            runs.add_column(col, justify="left" if col in ("run", "fabric") else "right")
-        for d in detail:
-            m, p_ = d["measured"], d["predicted"]
-            fmt = lambda v, scale: "-" if v is None else f"{v * scale:.1f}" if scale == 1e3 else f"{v * scale:.2f}"
-            pct = lambda v: "-" if v is None else f"{100 * v:+.1f}%"
-            runs.add_row(f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}", d["fabric"],
-                         fmt(p_["step_time_s"], 1e3), fmt(m["step_time_s"], 1e3), pct(d["step_time_error"]),
-                         fmt(p_["allocated_bytes"], 1 / GIB), fmt(m["peak_memory_bytes"], 1 / GIB),
-                         pct(d["peak_memory_error"]))
-        console.print(runs)
+        rows = [(d["fabric"], f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}",
+                 d["predicted"]["step_time_s"], d["measured"]["step_time_s"], d["step_time_error"],
+                 d["predicted"]["allocated_bytes"], d["measured"]["peak_memory_bytes"], d["peak_memory_error"])
+                for d in detail]
+        for runs in comparison_tables("Calibration runs with the fitted profile", "run", rows, device):
+            console.print(runs)
     for failed in rep.get("failed", []):
-        console.print(f"[yellow]run not used: {failed}[/]")
+        console.print(f"[yellow]run not used: {run_words(failed, device)}[/]")
     if rep.get("host_bound"):
         console.print("host seconds per block fitted from the host-bound runs (left out of the GPU-rate fit): "
-                      + ", ".join(rep["host_bound"]))
+                      + run_words(", ".join(rep["host_bound"]), device))
     for unsteady in rep.get("unsteady", []):
-        console.print(f"[yellow]run left out of the step-time fit (timed steps not steady): {unsteady}[/]")
+        console.print(f"[yellow]run left out of the step-time fit (timed steps not steady): "
+                      f"{run_words(unsteady, device)}[/]")
     for problem in rep.get("problems", []):
         console.print(f"[red]{problem}[/]")
     if result.elapsed_s is not None:

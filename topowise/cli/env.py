@@ -18,12 +18,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
+    from topowise.cli.console import column, console
+
+    # versions, bus ids and variable values are copied into bug reports: never wrapped or cut
     table = Table(show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column()
+    column(table, "", style="bold")
+    column(table, "")
     for key in ("topowise", "python", "platform"):
         table.add_row(key, info[key])
     for name, version in info["packages"].items():
@@ -42,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(k, v)
     if not info["environment"]:
         table.add_row("NCCL_*/CUDA_*", "none set")
-    Console().print(table)
+    console().print(table)
     return 0

@@ -4,8 +4,9 @@
     topowise launch --model llama3.1-8b --topology h100-nvl-8 --num-gpus 2 --dry-run -- train.py
 
 The argv and environment come from `export.torchrun.launch_config` (a pure function); this module
-only replaces itself with torchrun (os.execvpe, never a shell). The caller's environment passes
-through, NCCL_NVLS_ENABLE and other switches included; the plan's variables go on top.
+only replaces itself with torchrun (os.execvpe, never a shell), run through topowise.measure.torchrun
+so that the exit status is the failed rank's own. The caller's environment passes through,
+NCCL_NVLS_ENABLE and other switches included; the plan's variables go on top.
 """
 
 from __future__ import annotations
@@ -55,10 +56,17 @@ def command_of(args: argparse.Namespace) -> list[str]:
 
 
 def torchrun_prefix() -> tuple[str, ...]:
-    """`torchrun` on PATH, else this Python's `-m torch.distributed.run`."""
+    """This Python's torchrun, through topowise.measure.torchrun so that a failed rank's exit status
+    comes back unchanged (torchrun alone exits 1); else `torchrun` on PATH (another environment's
+    PyTorch); else a one-line error rather than Python's "Error while finding module specification"."""
+    from topowise.measure.launcher import TORCH_INSTALL_HINT, have_torch
+
+    if have_torch():
+        return (sys.executable, "-m", "topowise.measure.torchrun")
     if shutil.which("torchrun"):
         return ("torchrun",)
-    return (sys.executable, "-m", "torch.distributed.run")
+    raise UsageError(f"launch runs torchrun, which comes with PyTorch, and this Python has none: {TORCH_INSTALL_HINT} "
+                     "(--dry-run prints the command without it)")
 
 
 def run(args: argparse.Namespace) -> int:

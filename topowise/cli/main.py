@@ -7,6 +7,7 @@ never import torch.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -28,11 +29,16 @@ VERBS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits with status 2 already; keep its message to the one-line form."""
+    """argparse exits with status 2 already; its message becomes one line that names the flag and
+    points at the verb's own help (not an 8-line usage block)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"topowise: error: {message}\n")
+        subs = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if subs is not None:  # argparse calls a verb by its metavar ("argument VERB: ...")
+            if message.endswith(f"required: {subs.metavar}"):
+                message = f"`{self.prog}` needs a verb: one of {', '.join(subs.choices)}"
+            message = message.replace(f"argument {subs.metavar}: invalid choice:", "unknown verb")
+        sys.stderr.write(f"topowise: error: {message}; see `{self.prog} --help`\n")
         raise SystemExit(2)
 
 
@@ -60,12 +66,46 @@ def _verb_in(argv: list[str]) -> str | None:
     return None
 
 
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The (sub-)parser of the verb being run, e.g. `topowise bench comm`'s, and its sibling verbs' parsers."""
+    siblings: dict[str, argparse.ArgumentParser] = {}
+    while True:
+        subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, subs.dest, None) if subs is not None else None
+        if chosen not in (subs.choices if subs is not None else {}):
+            return parser, siblings
+        siblings = {name: p for name, p in subs.choices.items() if name != chosen}
+        parser = subs.choices[chosen]
+
+
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
+    """Words no parser took: name the flag, the flag it was likely meant to be, or the verb that has it."""
+    parser, siblings = _chosen_parser(parser, args)
+    flags = [w.split("=", 1)[0] for w in extras if w.startswith("-")]
+    if not flags:
+        parser.error(f"unexpected argument {extras[0]!r}")
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for flag in flags:
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        elsewhere = [p.prog for p in siblings.values() if flag in p._option_string_actions]
+        if close:
+            hints.append(f"did you mean {close[0]}?")
+        elif elsewhere:
+            hints.append(f"{flag} is a flag of `{elsewhere[0]}`")
+    what = f"no flag {flags[0]}" if len(flags) == 1 else f"no flags {', '.join(flags)}"
+    parser.error(f"`{parser.prog}` has {what}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = _verb_in(argv)
     debug = "--debug" in argv
     try:
-        args = build_parser(verb).parse_args(argv)
+        parser = build_parser(verb)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            _unrecognized(parser, args, extras)
         if args.verb is None:
             build_parser(None).print_help()
             return 0

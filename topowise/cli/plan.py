@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 from topowise.errors import UsageError
@@ -15,6 +16,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
     """The flags that describe what to plan (shared with `topowise launch`)."""
     parser.add_argument("--model", required=required, metavar="M", help="a model preset or a config.json path")
     parser.add_argument("--topology", required=required, metavar="T", help="a topology preset or file")
+    parser.add_argument("--gpu-name", metavar="NAME",
+                        help="GPU model for `nvidia-smi topo -m` text, which does not name it (e.g. H100)")
     parser.add_argument("--num-gpus", metavar="K", help="plan for K GPUs (default: each island size and the node)")
     parser.add_argument("--gpus", metavar="LIST", help="plan on exactly these GPUs, e.g. 0,1 or 0-3")
     parser.add_argument("--micro-batch", metavar="B", help="micro-batch per GPU (default: try 1, 2, 4, 8)")
@@ -60,7 +63,7 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
     micro_batch = positive_int(args.micro_batch, "--micro-batch")
     seq_len = positive_int(args.seq_len, "--seq-len")
     model = load_model(args.model)
-    topo = load_topology(args.topology)
+    topo = load_topology(args.topology, getattr(args, "gpu_name", None), need_gpu_model=True)
     if num_gpus is not None and num_gpus > topo.num_gpus:
         raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
     gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
@@ -77,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     from topowise.export import LaunchPlan, render
 
     top = positive_int(args.top, "--top")
+    if args.out and not args.export:
+        raise UsageError(f"--out {args.out} writes an export: give --export too ({', '.join(EXPORTS)}), "
+                         "or --save-plan FILE to write the plan for `topowise launch --plan`")
     result, topo = plan_from_args(args, top=top)
     chosen = LaunchPlan.from_plan(result.best, result, topo) if result.best else None
     exported = render(args.export, chosen) if args.export and chosen else None
@@ -115,38 +121,67 @@ def _show(result, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
-    from rich.console import Console
+    from rich import box
     from rich.table import Table
 
-    from topowise.planner.explain import gpu_list, groups_text
+    from topowise.cli.console import column, console, print_whole
+    from topowise.planner.explain import all_groups, gpu_list
 
-    console = Console()
-    title = (f"{result.model} on {result.topology}, seq {result.seq_len}"
-             f"{' (PCIe what-if)' if result.fabric == 'pcie' else ''}: {result.feasible} of "
-             f"{result.evaluated} predicted candidates fit")
+    out = console()
+    engine = " as DeepSpeed runs ZeRO" if result.engine == "deepspeed" else ""
+    out.print(f"[bold]{result.model} on {result.topology}[/bold], seq {result.seq_len}{engine}"
+              f"{' (PCIe what-if)' if result.fabric == 'pcie' else ''}", highlight=False)
     if result.plans:
-        table = Table(title=title, show_lines=True)
-        for col, kw in (("#", {"justify": "right"}), ("strategy", {}), ("GPUs", {}), ("mb", {"justify": "right"}),
-                        ("AC", {}), ("step ms", {"justify": "right"}), ("tokens/s", {"justify": "right"}),
-                        ("peak GiB", {"justify": "right"}), ("why", {"ratio": 1})):
-            table.add_column(col, **kw)
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+        for header, justify in (("#", "right"), ("strategy", "left"), ("GPUs (shard groups)", "left"),
+                                ("mb", "right"), ("AC", "left"), ("step ms", "right"), ("tokens/s", "right"),
+                                ("peak GiB", "right")):
+            column(table, header, justify=justify)
         for i, p in enumerate(result.plans, 1):
-            strategy = p.strategy + (f" {groups_text(p.gpus, p.shard_group_size)}" if p.shard_group_size else "")
+            gpus = all_groups(p.gpus, p.shard_group_size) if p.shard_group_size else gpu_list(p.gpus)
             pred = p.prediction
-            table.add_row(str(i), strategy, gpu_list(p.gpus), str(p.micro_batch),
-                          "on" if p.activation_checkpointing else "off", f"{pred.step_time_s * 1e3:,.0f}",
-                          f"{pred.tokens_per_s:,.0f}", f"{pred.memory.peak_bytes / 2**30:.1f}", p.why)
-        console.print(table)
-    else:
-        console.print(f"[bold]{title}[/bold]")
+            table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), "on" if p.activation_checkpointing else "off",
+                          f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
+                          f"{pred.memory.peak_bytes / 2**30:.1f}")
+        print_whole(out, table)
+    _prose(out, rows_sentence(result))
+    if result.plans:
+        # the reasons are prose: under the table, numbered as its rows
+        out.print("[bold]why[/bold]")
+        for i, p in enumerate(result.plans, 1):
+            _prose(out, p.why, f"{i:>2}. ", "    ")
     for note in result.notes:
-        console.print(f"- {note}", highlight=False)
+        _prose(out, note, "- ", "  ")
     if result.infeasible:
-        shown = result.infeasible[:3]
-        console.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
-        for i in shown:
+        out.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
+        for i in result.infeasible[:3]:
             ac = ", AC" if i.activation_checkpointing else ""
-            console.print(f"  {i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{ac}: {i.reason}",
-                          highlight=False)
+            _prose(out, f"{i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{ac}: {i.reason}",
+                   "  ", "    ")
     if result.suggestion:
-        console.print(f"[bold]suggestion:[/bold] {result.suggestion}", highlight=False)
+        _prose(out, f"suggestion: {result.suggestion}")
+
+
+def _prose(out, text: str, first: str = "", rest: str = "") -> None:
+    """A paragraph with a hanging indent, wrapped to a terminal's width; one line to a pipe (console())."""
+    out.print(textwrap.fill(text, width=out.width, initial_indent=first, subsequent_indent=rest,
+                            break_on_hyphens=False, break_long_words=False), markup=False, highlight=False)
+
+
+def rows_sentence(result) -> str:
+    """What the rows are: one per distinct choice at its best micro-batch, and how many there were.
+
+    `feasible` counts every micro-batch, checkpointing and placement variant that fits; the table
+    shows one row per (strategy, shard groups, GPUs), placements predicted equally fast counted once."""
+    choices, shown = len(result.ranked), len(result.plans)
+    counted = (f"{result.feasible} of {result.evaluated} predicted candidates fit (micro-batch, checkpointing "
+               "and placement variants)")
+    if not choices:
+        return f"{counted}."
+    if choices == 1:
+        return (f"{counted}; they are one choice of strategy, shard groups and GPUs, shown at its fastest "
+                "micro-batch and checkpointing.")
+    which = f"all {choices}" if shown == choices else f"the {shown} fastest of {choices}"
+    more = "" if shown == choices else f" (--top {choices} shows all)"
+    return (f"{counted}; the rows are {which} distinct choices of strategy, shard groups and GPUs{more}, "
+            "each at its fastest micro-batch and checkpointing; placements predicted equally fast count once.")

@@ -12,6 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="M", help="a model preset or a Hugging Face config.json")
     parser.add_argument("--topology", required=True, metavar="T",
                         help="a topology preset, `topowise topo --json` output or `nvidia-smi topo -m` text")
+    parser.add_argument("--gpu-name", metavar="NAME",
+                        help="GPU model for `nvidia-smi topo -m` text, which does not name it (e.g. H100)")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--gpus", metavar="LIST", help="the GPUs to use, e.g. 0,1 or 0-3")
     which.add_argument("--num-gpus", type=int, metavar="K", help="use the K GPUs with the fastest ring")
@@ -32,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def prediction_from_args(args: argparse.Namespace):
-    """Parse and check the arguments, then predict (no rendering here)."""
+    """(Prediction, Profile): parse and check the arguments, then predict (no rendering here)."""
     from topowise.costmodel.predict import predict
     from topowise.costmodel.profile import default_profile
     from topowise.costmodel.profile_store import resolve_profile
@@ -43,7 +45,7 @@ def prediction_from_args(args: argparse.Namespace):
     from topowise.topology.model import parse_gpu_list
 
     model = load_model(args.model)
-    topo = load_topology(args.topology)
+    topo = load_topology(args.topology, args.gpu_name, need_gpu_model=True)
     if args.gpus is not None:
         gpus = parse_gpu_list(args.gpus, topo)
     else:
@@ -55,15 +57,15 @@ def prediction_from_args(args: argparse.Namespace):
               activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
               shard_group_size=args.shard_group_size, engine=args.engine)
     profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()
-    return predict(run, topo, profile)
+    return predict(run, topo, profile), profile
 
 
 def run(args: argparse.Namespace) -> int:
-    prediction = prediction_from_args(args)
+    prediction, profile = prediction_from_args(args)
     if args.json:
         print(json.dumps(prediction.to_dict(), indent=2))
     else:
-        render(prediction)
+        render(prediction, profile.memory_headroom)
     return 0
 
 
@@ -75,49 +77,88 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / GIB:,.2f}"
 
 
-def render(p) -> None:
-    from rich.console import Console
+def headline(p) -> list[str]:
+    """What was predicted, in three short lines: model and placement, the batch, the wiring."""
+    from topowise.planner.explain import gpu_list, param_count
+
+    engine = " as DeepSpeed runs it" if p.engine == "deepspeed" else ""
+    hsdp = f" in shard groups of {p.shard_group_size}" if p.shard_group_size else ""
+    ac = ", activation checkpointing" if p.activation_checkpointing else ""
+    islands = f"{p.islands_spanned} NVLink island{'s' if p.islands_spanned != 1 else ''} spanned"
+    if p.bottleneck_gbps is None or p.bottleneck_gbps == float("inf"):
+        wiring = "one GPU: no collectives between GPUs"
+    else:
+        wiring = f"{islands}; ring at {p.bottleneck_gbps:g} GB/s per direction (the slowest link's line rate)"
+    where = f"GPU {p.gpus[0]}" if len(p.gpus) == 1 else f"GPUs {gpu_list(p.gpus)}"
+    return [f"{p.model_name} ({param_count(p.params)} parameters): {p.strategy}{engine} on {where} "
+            f"of {p.topology}{hsdp}",
+            f"micro-batch {p.micro_batch} x {p.seq_len:,} tokens{ac}; fabric {p.fabric}",
+            wiring]
+
+
+def memory_verdict(p, headroom: float) -> str:
+    """"fits: peak 71.53 GiB of the 83.16 GiB usable (87.54 GiB less 5% kept free)": the verdict is
+    against the usable part, so the headroom is said with it."""
+    m = p.memory
+    peak, have = m.peak_bytes / GIB, m.gpu_memory_bytes / GIB
+    usable = have * (1.0 - headroom)
+    of = (f"the {usable:,.2f} GiB usable ({have:,.2f} GiB less {headroom:.0%} kept free)" if headroom > 0
+          else f"the GPU's {have:,.2f} GiB")
+    if p.fits:
+        return f"fits: peak {peak:,.2f} GiB of {of}"
+    return f"does not fit: peak {peak:,.2f} GiB is {peak - usable:,.2f} GiB over {of}"
+
+
+def _table(title: str):
+    from rich import box
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped: wide enough for the collectives table
-        console = Console(width=120)
-    ac = ", activation checkpointing" if p.activation_checkpointing else ""
-    hsdp = f", shard groups of {p.shard_group_size}" if p.shard_group_size else ""
-    bottleneck = "-" if p.bottleneck_gbps is None else f"{p.bottleneck_gbps:g} GB/s line"
-    engine = "" if p.engine == "pytorch" else f" ({p.engine})"
-    console.print(f"[bold]{p.model_name}[/] ({p.params / 1e9:.2f}B params), {p.strategy}{engine}{hsdp} on GPUs "
-                  f"{','.join(map(str, p.gpus))} of {p.topology} ({p.fabric}; {p.islands_spanned} NVLink "
-                  f"island(s); bottleneck {bottleneck}), micro-batch {p.micro_batch} x {p.seq_len} tokens{ac}")
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
+                 pad_edge=False)
+
+
+def render(p, headroom: float | None = None) -> None:
+    """The prediction as tables; `headroom`: the profile's share of GPU memory kept free (its default)."""
+    from topowise.cli.console import column, console, print_whole
+    from topowise.costmodel.profile import default_profile
+
+    if headroom is None:
+        headroom = default_profile().memory_headroom
+    out = console()
+    first, *rest = headline(p)
+    out.print(f"[bold]{first}[/]", highlight=False)
+    for line in rest:
+        out.print(line, highlight=False)
     t = p.time
-    time = Table(title="Step time", show_edge=False)
-    time.add_column("part")
-    time.add_column("ms", justify="right")
+    time = _table("Step time")
+    column(time, "part")
+    column(time, "ms", justify="right")
     for name, value in (("compute", t.compute_s), ("memory-bound (loss, casts, copies, elementwise)", t.memory_bound_s),
                         ("optimizer step", t.optimizer_s), ("communication, all", t.comm_s),
                         ("communication, exposed", t.exposed_comm_s),
                         ("host (Python) to issue the step", t.host_s), ("GPU waiting for the host", t.host_wait_s)):
         time.add_row(name, _ms(value))
     time.add_row("[bold]step[/]", f"[bold]{_ms(p.step_time_s)}[/]")
-    console.print(time)
+    print_whole(out, time)
     if t.host_wait_s > 0.05 * p.step_time_s:
-        console.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
-                      "(more tokens per step hide it; ddp issues less per block than FSDP)[/]")
-    console.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}")
+        out.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
+                  "(more tokens per step hide it; ddp issues less per block than FSDP)[/]", highlight=False)
+    out.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}",
+              highlight=False)
     if t.collectives:
-        coll = Table(title="Collectives per step", show_edge=False)
+        coll = _table("Collectives per step (group: GPUs in each; GB/s: bus bandwidth)")
         for col, just in (("op", "left"), ("phase", "left"), ("dtype", "left"), ("MB each", "right"),
-                          ("count", "right"), ("group", "right"), ("link", "left"), ("busbw GB/s", "right"),
+                          ("count", "right"), ("group", "right"), ("link", "left"), ("GB/s", "right"),
                           ("ms", "right")):
-            coll.add_column(col, justify=just)
+            column(coll, col, justify=just)
         for c in t.collectives:
             coll.add_row(c.op, c.phase, c.dtype, f"{c.bytes / 1e6:,.1f}", str(c.count), str(c.group_size), c.link,
                          f"{c.bandwidth_gbps:,.1f}", _ms(c.time_s))
-        console.print(coll)
+        print_whole(out, coll)
     m = p.memory
-    mem = Table(title=f"Memory per GPU at the peak ({m.peak_phase})", show_edge=False)
-    mem.add_column("term")
-    mem.add_column("GiB", justify="right")
+    mem = _table(f"Memory per GPU at the peak ({m.peak_phase})")
+    column(mem, "term")
+    column(mem, "GiB", justify="right")
     for name, value in (("parameters", m.params_bytes), ("gradients", m.grads_bytes),
                         ("optimizer states", m.optimizer_bytes), ("activations", m.activations_bytes),
                         ("logits and loss", m.logits_bytes)):
@@ -131,6 +172,10 @@ def render(p) -> None:
         mem.add_row("step 2 only: DDP bucket rebuild", _gib(m.first_steps_extra_bytes))
     mem.add_row("[bold]peak[/]", f"[bold]{_gib(m.peak_bytes)}[/]")
     mem.add_row("GPU memory", _gib(m.gpu_memory_bytes))
-    console.print(mem)
-    verdict = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
-    console.print(f"{verdict}: peak {_gib(m.peak_bytes)} of {_gib(m.gpu_memory_bytes)} GiB")
+    if headroom > 0:
+        mem.add_row(f"usable ({headroom:.0%} kept free)", _gib(m.gpu_memory_bytes * (1.0 - headroom)))
+    print_whole(out, mem)
+    verdict = memory_verdict(p, headroom)
+    style = "green" if p.fits else "red"
+    word, _, tail = verdict.partition(":")
+    out.print(f"[{style}]{word}[/]:{tail}", highlight=False)

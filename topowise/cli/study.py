@@ -7,6 +7,7 @@ columns from `topowise bench train`, run in a subprocess.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
@@ -21,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated presets, topology files or 'live' "
                              f"(default {','.join(DEFAULT_TOPOLOGIES)}"
                              ", plus the live node when there is one)")
+    parser.add_argument("--gpu-name", metavar="NAME",
+                        help="GPU model for `nvidia-smi topo -m` text among --topologies (e.g. H100)")
     parser.add_argument("--out", default="study", help="output folder (default ./study)")
     parser.add_argument("--num-gpus", type=int, default=None,
                         help="GPUs per job for the main placement (default: all GPUs of each node)")
@@ -44,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_model(args.model)
     names = None if args.topologies is None else [n.strip() for n in args.topologies.split(",") if n.strip()]
-    topologies = st.resolve_topologies(names)
+    topologies = st.resolve_topologies(names, args.gpu_name)
     profile = _load_profile(args.profile, topologies)
-    st.check_study_args(topologies, num_gpus=args.num_gpus, seq_len=args.seq_len, micro_batch=args.micro_batch)
+    st.check_study_args(topologies, num_gpus=args.num_gpus, seq_len=args.seq_len, micro_batch=args.micro_batch,
+                        model=model)
     live = next((t for label, t in topologies if label == "live"), None)
     if args.measure:
         live = live or st.discover_live()
@@ -55,18 +59,20 @@ def run(args: argparse.Namespace) -> int:
                              "run it on a GPU machine, or drop --measure for predictions only")
         measure_model = load_model(args.measure_model)
 
+    out_dir = make_out_dir(args.out)  # before the predictions: a bad --out fails in a second, not after them
     err = Console(stderr=True)
     study = _run_with_progress(st, model, topologies, args, profile, err)
     if args.measure:
         gpus = live.best_subset(args.num_gpus) if args.num_gpus else live.indices
-        out_dir = Path(args.out)
-        out_dir.mkdir(parents=True, exist_ok=True)
         err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
         measured = st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
                                    micro_batch=args.micro_batch, steps=args.measure_steps,
                                    out_jsonl=str(out_dir / "measured.jsonl"), profile=profile)
         study = study.with_measured(measured)
-    paths = write_report(study, args.out, command=_command_line(args))
+    try:
+        paths = write_report(study, out_dir, command=_command_line(args))
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write the report ({exc.strerror or exc})") from None
     if args.json:
         import json
 
@@ -74,6 +80,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_summary(study, paths)
     return 0
+
+
+def make_out_dir(path: str) -> Path:
+    """--out as a folder that exists and can be written; a file, or a place where no folder can be
+    made, is a one-line error."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {path}: is a file, not a folder; give a folder for the report (default ./study)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot create the folder ({exc.strerror or exc}); "
+                         "give a folder you can write") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {path}: the folder is not writable; give a folder you can write")
+    return out
 
 
 def _run_with_progress(st, model, topologies, args, profile, console):
@@ -103,6 +125,8 @@ def _command_line(args: argparse.Namespace) -> str:
     words = ["topowise", "study", "--model", args.model]
     if args.topologies is not None:
         words += ["--topologies", args.topologies]
+    if args.gpu_name:
+        words += ["--gpu-name", args.gpu_name]
     if args.num_gpus is not None:
         words += ["--num-gpus", str(args.num_gpus)]
     words += ["--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]

@@ -109,23 +109,28 @@ def _load_file(path: str, gpu_name: str | None):
 
 def _render(report: dict) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from topowise.cli.console import column, print_whole
+    from topowise.cli.console import console as make_console
+    from topowise.topology.presets import PRESETS, describe
+
+    console = make_console()
     gpus = report["gpus"]
     names = sorted({g["name"] for g in gpus})
     console.print(f"[bold]{report['name']}[/bold]: {len(gpus)} x {', '.join(names)}"
                   + ("  (NVSwitch)" if report["nvswitch"] else "") + f"  PCIe gen {report['pcie_gen']}")
-    if report.get("source"):
-        console.print(f"[dim]source: {report['source']}[/dim]")
+    # a preset is described in words; its sources (files of this repository) stay in --json's "source"
+    about = describe(report["name"]) if report["name"] in PRESETS else report.get("source")
+    if about:
+        console.print(f"[dim]{about}[/dim]", highlight=False)
 
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
-    matrix = Table(title="links (kind, GB/s per direction)", box=box.SIMPLE_HEAD)
-    matrix.add_column("")
+    matrix = Table(box=box.SIMPLE_HEAD)
+    column(matrix, "")
     for g in gpus:
-        matrix.add_column(f"GPU{g['index']}", justify="center")
-    matrix.add_column("NUMA", justify="right")
+        column(matrix, f"GPU{g['index']}", justify="center")
+    column(matrix, "NUMA", justify="right")
     for g in gpus:
         row = []
         for h in gpus:
@@ -141,12 +146,14 @@ def _render(report: dict) -> None:
                 p2p = "" if p.get("p2p_supported", True) else " !p2p"
                 row.append(f"[{style}]{label}\n{p['gbps']:.3g}[/{style}]" + p2p)
         matrix.add_row(f"GPU{g['index']}", *row, "-" if g.get("numa_node") is None else str(g["numa_node"]))
-    console.print(matrix)
+    console.print("links (kind, GB/s per direction):")
+    print_whole(console, matrix)
 
     islands = "  ".join("{" + ",".join(map(str, i)) + "}" for i in report["islands"])
     console.print(f"[bold]NVLink islands[/bold]: {islands}")
     tiers = ", ".join(f"{'NVLink ' + t['link'] if t['link'].startswith('NV') else 'PCIe ' + t['link']} "
-                      f"{t['gbps']:g} GB/s ({t['pairs']} pairs)" for t in report["tiers"])
+                      f"{t['gbps']:g} GB/s ({t['pairs']} pair{'s' if t['pairs'] != 1 else ''})"
+                      for t in report["tiers"])
     console.print(f"[bold]bandwidth tiers[/bold]: {tiers or 'one GPU, no links'}")
     for nic in report.get("nics", []):
         near = ",".join(map(str, nic["nearest_gpus"])) or "none"
@@ -156,9 +163,11 @@ def _render(report: dict) -> None:
     sel = report.get("selection")
     if sel:
         spanned = "  ".join("{" + ",".join(map(str, i)) + "}" for i in sel["islands_spanned"])
-        bottleneck = "n/a (one GPU)" if sel["bottleneck_gbps"] is None else f"{sel['bottleneck_gbps']:g} GB/s"
+        ring = ("one GPU, no ring" if sel["bottleneck_gbps"] is None
+                else f"ring at {sel['bottleneck_gbps']:g} GB/s per direction")
+        n = len(sel["islands_spanned"])
         console.print(f"[bold]selection[/bold] GPUs {','.join(map(str, sel['gpus']))}: "
-                      f"{len(sel['islands_spanned'])} island(s) spanned ({spanned}), bottleneck {bottleneck}")
+                      f"{n} NVLink island{'s' if n != 1 else ''} spanned ({spanned}), {ring}")
         if sorted(sel["best_subset"]) != sorted(sel["gpus"]):
             best = sel["best_subset_bottleneck_gbps"]
             console.print(f"  best {len(sel['gpus'])} GPUs here: {','.join(map(str, sel['best_subset']))}"
@@ -172,9 +181,9 @@ def _render(report: dict) -> None:
 
 
 def _render_cluster(report: dict) -> None:
-    from rich.console import Console
+    from topowise.cli.console import console as make_console
 
-    console = Console()
+    console = make_console()
     net = report["network"]
     console.print(f"[bold]{report['name']}[/bold]: {report['num_nodes']} nodes x {report['gpus_per_node']} GPUs "
                   f"({report['node']['name']}), {report['num_gpus']} GPUs numbered node by node")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the records' meta.json, else this machine)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds without progress before a measuring run is stopped (default 300)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the accuracy target is missed (any item of the `target:` line is no)")
     parser.add_argument("--json", action="store_true", help="print the cases and the summary as JSON")
 
 
@@ -37,40 +40,39 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from topowise.calibrate.launch import META_FILE
-    from topowise.calibrate.validate import validate
+    from topowise.calibrate.validate import meets_target, validate
     from topowise.cli.calibrate import default_device_and_nproc
     from topowise.costmodel.profile import load_profile
-    from topowise.costmodel.profile_store import (
-        check_profile_for_gpu,
-        check_profile_for_machine,
-        find_cached_profile,
-        machine_fingerprint,
-    )
+    from topowise.costmodel.profile_store import check_profile_for_gpu, check_profile_for_machine, machine_fingerprint
     from topowise.errors import UsageError
+    from topowise.measure.launcher import require_torch
 
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     topology = None
     if args.measured:
-        device, nproc = args.device or "cuda", 0
         meta = Path(args.measured).with_name(META_FILE)
+        meta_doc = json.loads(meta.read_text()) if meta.is_file() else {}
+        device, nproc = args.device or meta_doc.get("device") or "cuda", 0  # the records' device: which cache
         if args.topology:
             from topowise.topology import load_topology
 
             topology = load_topology(args.topology)
-        elif meta.is_file():
+        elif meta_doc:
             from topowise.topology.model import Topology
 
-            topology = Topology.from_dict(json.loads(meta.read_text())["topology"], str(meta))
+            topology = Topology.from_dict(meta_doc["topology"], str(meta))
     else:
         device, nproc = default_device_and_nproc(args.device, args.nproc)
+        require_torch("validate", "--measured FILE.jsonl compares recorded runs without it")
     if args.profile:
         profile, where = load_profile(args.profile), args.profile
     else:
-        found = find_cached_profile() if device == "cuda" else None
+        found = cached_profile(device)
         if not found:
-            raise UsageError("no --profile given and no cached profile for this machine: run `topowise calibrate` "
-                             "first, or pass --profile FILE")
+            raise UsageError(f"no --profile given and no cached profile for this machine's {device}: run "
+                             f"`topowise calibrate{' --device cpu' if device == 'cpu' else ''}` first, "
+                             "or pass --profile FILE")
         profile, where = found[0], str(found[1])
     if args.measured:  # recorded elsewhere, perhaps: the profile must be of the GPU the records ran on
         gpu = topology.gpus[0].name if topology is not None else None
@@ -85,47 +87,105 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        render(result, where)
+        render(result, where, device)
+    if result.summary.get("problems"):
+        return 1  # a fabric's measuring failed: the comparison is short of cases (as calibrate)
+    if args.check:
+        missed = [k for k, ok in meets_target(result.summary).items() if not ok] if result.rows else ["no case"]
+        if missed:
+            sys.stderr.write(f"topowise: the accuracy target is missed ({', '.join(missed)}): exit status 1 "
+                             "(--check)\n")
+            return 1
     return 0
+
+
+def cached_profile(device: str):
+    """(profile, path) cached by `calibrate` for this machine's GPUs (cuda) or CPU (cpu), or None."""
+    from topowise.costmodel.profile import load_profile
+    from topowise.costmodel.profile_store import cache_path, find_cached_profile, fingerprint_text, machine_fingerprint
+    from topowise.errors import UsageError
+
+    if device == "cuda":
+        return find_cached_profile()
+    path = cache_path(fingerprint_text(machine_fingerprint("cpu")))
+    if not path.is_file():
+        return None
+    try:
+        return load_profile(path), path
+    except UsageError:  # a damaged cache file: as if there were none
+        return None
+
+
+def run_words(text: str, device: str) -> str:
+    """A case's label as the summary spells it ("tiny ddp mb2 seq64 nvlink") with a CPU run's fabric
+    said as what ran: gloo."""
+    return text.replace(" nvlink", " gloo") if device == "cpu" else text
 
 
 def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:+.1f}%"
 
 
-def render(result, where: str) -> None:
-    from rich.console import Console
+def _number(value, scale: float, spec: str) -> str:
+    return "-" if value is None else spec.format(value * scale)
+
+
+def _error_cell(error) -> str:
+    text = _pct(error)
+    return f"[red]{text}[/]" if error is not None and abs(error) > 0.10 else text
+
+
+def comparison_tables(title: str, first: str, rows: list[tuple], device: str) -> list:
+    """Predicted vs measured step time and allocated memory, one table per fabric (the fabric in
+    the title keeps a column out, so the table fits 80 columns). rows: (fabric, name, predicted s,
+    measured s, step error, predicted bytes, measured bytes, memory error)."""
+    from rich import box
     from rich.table import Table
 
-    from topowise.calibrate.validate import meets_target
+    from topowise.cli.console import column
+    from topowise.measure.records import fabric_label
     from topowise.units import GIB
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=140)
-    table = Table(title=f"Predicted vs measured ({where})", show_edge=False)
-    for col in ("case", "fabric", "pred ms", "meas ms", "error", "pred GiB", "meas GiB", "error"):
-        table.add_column(col, justify="left" if col in ("case", "fabric") else "right")
-    fmt = lambda v, scale, spec: "-" if v is None else spec.format(v * scale)
+    tables = []
+    for fabric in dict.fromkeys(r[0] for r in rows):
+        label = fabric_label(fabric, device)
+        table = Table(title=f"{title}, {'gloo (CPU)' if label == 'gloo' else 'over ' + label}", box=box.SIMPLE_HEAD,
+                      padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+        column(table, first)
+        for header in ("pred\nms", "meas\nms", "error", "pred\nGiB", "meas\nGiB", "error"):
+            column(table, header, justify="right")
+        for _fabric, name, pred_s, meas_s, step_err, pred_b, meas_b, mem_err in (r for r in rows if r[0] == fabric):
+            table.add_row(name, _number(pred_s, 1e3, "{:.1f}"), _number(meas_s, 1e3, "{:.1f}"), _error_cell(step_err),
+                          _number(pred_b, 1 / GIB, "{:.2f}"), _number(meas_b, 1 / GIB, "{:.2f}"), _error_cell(mem_err))
+        tables.append(table)
+    return tables
+
+
+def render(result, where: str, device: str) -> None:
+    from topowise.calibrate.validate import meets_target
+    from topowise.cli.console import console as make_console
+    from topowise.measure.records import fabric_label
+
+    console = make_console()
+    rows = []
     for r in result.rows:
         c = r.case
-        name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}" + (
-            " ac" if c.activation_checkpointing else "")
+        name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}"
+        name += " ac" if c.activation_checkpointing else ""
         if r.status != "ok":
             name += f" [red]{r.status}[/]"
-        step_style = "red" if r.step_error is not None and abs(r.step_error) > 0.10 else ""
-        mem_style = "red" if r.memory_error is not None and abs(r.memory_error) > 0.10 else ""
-        table.add_row(name, c.fabric, fmt(r.predicted_step_s, 1e3, "{:.1f}"), fmt(r.measured_step_s, 1e3, "{:.1f}"),
-                      f"[{step_style}]{_pct(r.step_error)}[/]" if step_style else _pct(r.step_error),
-                      fmt(r.predicted_alloc, 1 / GIB, "{:.2f}"), fmt(r.measured_alloc, 1 / GIB, "{:.2f}"),
-                      f"[{mem_style}]{_pct(r.memory_error)}[/]" if mem_style else _pct(r.memory_error))
-    console.print(table)
+        rows.append((c.fabric, name, r.predicted_step_s, r.measured_step_s, r.step_error, r.predicted_alloc,
+                     r.measured_alloc, r.memory_error))
+    for table in comparison_tables("Predicted vs measured", "case", rows, device):
+        console.print(table)
+    console.print(f"profile: {where}", highlight=False)
     s = result.summary
     abs_pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+    worst = {k: run_words(s[k]["worst_case"] or "-", device) for k in ("step_time", "peak_memory")}
+    memory = (f"mean {abs_pct(s['peak_memory']['mean_abs_error'])}, max {abs_pct(s['peak_memory']['max_abs_error'])} "
+              f"({worst['peak_memory']})" if s["peak_memory"]["cases"] else "not measured (no allocator statistics)")
     console.print(f"step time: mean abs error {abs_pct(s['step_time']['mean_abs_error'])}, max "
-                  f"{abs_pct(s['step_time']['max_abs_error'])} ({s['step_time']['worst_case'] or '-'}); "
-                  f"peak allocated memory: mean {abs_pct(s['peak_memory']['mean_abs_error'])}, max "
-                  f"{abs_pct(s['peak_memory']['max_abs_error'])} ({s['peak_memory']['worst_case'] or '-'})")
+                  f"{abs_pct(s['step_time']['max_abs_error'])} ({worst['step_time']}); peak allocated memory: {memory}")
     for bound, words in (("gpu", "GPU-bound (no host wait predicted)"), ("host", "host-bound in some phase")):
         b = s.get("by_bound", {}).get(bound)
         if b and b["cases"]:
@@ -134,14 +194,15 @@ def render(result, where: str) -> None:
     for g in s["ranking"]:
         grp = g["group"]
         mark = "[green]ok[/]" if g["ok"] else "[red]MISS[/]"
-        console.print(f"ranking {grp['model']} mb{grp['micro_batch']} seq{grp['seq_len']} {grp['fabric']}: predicted "
+        console.print(f"ranking {grp['model']} mb{grp['micro_batch']} seq{grp['seq_len']} "
+                      f"{fabric_label(grp['fabric'], device)}: predicted "
                       f"first {g['predicted_first']}, measured fastest {g['measured_fastest']} "
                       f"({100 * g['slower_by']:.1f}% slower) {mark}")
     for u in s.get("unsteady", []):
-        console.print(f"[yellow]unsteady: {u['case']} (timed steps spread {100 * u['step_spread']:.1f}%, not a "
-                      f"steady step; error {_pct(u['step_error'])})[/]")
+        console.print(f"[yellow]unsteady: {run_words(u['case'], device)} (timed steps spread "
+                      f"{100 * u['step_spread']:.1f}%, not a steady step; error {_pct(u['step_error'])})[/]")
     for failed in s["failed"]:
-        console.print(f"[yellow]not compared: {failed}[/]")
+        console.print(f"[yellow]not compared: {run_words(failed, device)}[/]")
     for problem in s.get("problems", []):
         console.print(f"[red]{problem}[/]")
     if result.rows:

@@ -197,6 +197,9 @@ def load_profile(path: str | Path) -> Profile:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise UsageError(f"{path}: cannot read profile ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a profile (binary, not JSON text); give the JSON file "
+                         "`topowise calibrate` wrote") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):

@@ -29,4 +29,21 @@ def render(kind: str, plan: LaunchPlan) -> str:
     if plan.num_nodes > 1 and kind in ("accelerate", "torchtitan"):
         raise UsageError(f"a plan across {plan.num_nodes} nodes exports as torchrun (one command per node), "
                          f"slurm (sbatch --nodes) or deepspeed (its config); not yet as {kind}")
+    check_engine(kind, plan)
     return EXPORTERS[kind](plan)
+
+
+def check_engine(kind: str, plan: LaunchPlan) -> None:
+    """A plan predicted as DeepSpeed runs ZeRO exports only to what runs DeepSpeed: its config, accelerate's
+    DeepSpeed plugin, or a launcher (torchrun, slurm) that starts your DeepSpeed script. torchtitan runs
+    FSDP2 only; accelerate's plugin settings have no ZeRO++ hpZ (hsdp)."""
+    if plan.engine != "deepspeed":
+        return
+    if kind == "torchtitan":
+        raise UsageError(f"this {plan.strategy} plan was predicted as DeepSpeed runs it (--engine deepspeed), and "
+                         "torchtitan runs FSDP2, not DeepSpeed: export deepspeed or accelerate, or plan with "
+                         "--engine pytorch for torchtitan")
+    if kind == "accelerate" and plan.spec.replicated:
+        raise UsageError("this hsdp plan was predicted as DeepSpeed runs it (ZeRO-3 with ZeRO++ hpZ), which "
+                         "accelerate's DeepSpeed settings cannot express: export deepspeed --out ds.json and give "
+                         "accelerate `deepspeed_config_file: ds.json`, or plan with --engine pytorch")

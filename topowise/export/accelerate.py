@@ -4,7 +4,8 @@ From the strategy's flags (topowise.run): ddp -> MULTI_GPU; the FSDP strategies 
 the FSDP plugin with fsdp_version 2 and the strategy's reshard_after_forward (False for zero2, True for
 zero3 and hsdp, as in topowise's own benchmark), a replicated one (hsdp) adding a parallelism_config
 with the replicate x shard mesh; zero1 (sharded, not FSDP) -> the DeepSpeed plugin at its stage, 1
-(FSDP has no ZeRO-1).
+(FSDP has no ZeRO-1). A plan predicted as DeepSpeed runs ZeRO (plan --engine deepspeed) uses the
+DeepSpeed plugin at its stage for every sharded strategy.
 Written without PyYAML: the values are flat scalars, so a small writer is enough.
 """
 
@@ -35,7 +36,7 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
     spec = plan.spec
     if plan.nproc == 1:
         config["distributed_type"] = "NO"
-    elif spec.sharded and not spec.fsdp:
+    elif config_is_deepspeed(plan):
         config["distributed_type"] = "DEEPSPEED"
         config["deepspeed_config"] = {
             "zero_stage": spec.deepspeed_stage,
@@ -65,6 +66,11 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
     return config
 
 
+def config_is_deepspeed(plan: LaunchPlan) -> bool:
+    """Whether the config runs DeepSpeed (zero1 always; every sharded strategy under --engine deepspeed)."""
+    return plan.nproc > 1 and plan.spec.sharded and (not plan.spec.fsdp or plan.engine == "deepspeed")
+
+
 def _scalar(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -76,7 +82,7 @@ def _scalar(value) -> str:
 def accelerate_config(plan: LaunchPlan) -> str:
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
-    if plan.activation_checkpointing and not plan.spec.fsdp:
+    if plan.activation_checkpointing and config_is_deepspeed(plan):
         lines.append("# activation checkpointing: enable it in the model (e.g. gradient_checkpointing_enable())")
     for key, value in accelerate_settings(plan).items():
         if isinstance(value, dict):

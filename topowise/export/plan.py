@@ -9,7 +9,7 @@ from pathlib import Path
 
 from topowise.errors import UsageError
 from topowise.export.multinode import nccl_network_env
-from topowise.run import FABRICS, STRATEGIES, Strategy, check_shard_group_size, normalize_strategy
+from topowise.run import ENGINES, FABRICS, STRATEGIES, Strategy, check_shard_group_size, normalize_strategy
 
 FORMAT = "topowise.plan"
 VERSION = 1
@@ -37,6 +37,7 @@ class LaunchPlan:
     num_nodes: int = 1  # a plan on a Cluster: nodes spanned, the same GPUs on each (export/multinode.py)
     network: str = ""  # the cluster's network kind (ib-ndr, roce-200, eth-100, ...)
     nic_names: tuple[str, ...] = ()  # the node's NICs, for NCCL_IB_HCA where they are RDMA devices
+    engine: str = "pytorch"  # whose ZeRO the prediction is: pytorch (FSDP2) or deepspeed (plan --engine)
 
     @property
     def spec(self) -> Strategy:
@@ -91,9 +92,10 @@ class LaunchPlan:
         if self.shard_groups:
             groups = " (shard groups " + ",".join("{" + ",".join(map(str, g)) + "}" for g in self.shard_groups) + ")"
         ac = ", activation checkpointing" if self.activation_checkpointing else ""
+        engine = f" as DeepSpeed runs it (ZeRO-{self.spec.deepspeed_stage})" if self.engine == "deepspeed" else ""
         where = f"{self.num_nodes} nodes x GPUs {','.join(map(str, self.local_gpus))}" if self.num_nodes > 1 else \
             f"GPUs {','.join(map(str, self.gpus))}"
-        return (f"{self.strategy}{groups} on {where}, micro-batch {self.micro_batch}, "
+        return (f"{self.strategy}{engine}{groups} on {where}, micro-batch {self.micro_batch}, "
                 f"seq {self.seq_len}{ac}: {self.model} on {self.topology}, "
                 f"predicted {self.tokens_per_s:,.0f} tokens/s")
 
@@ -120,6 +122,7 @@ class LaunchPlan:
             islands_spanned=pred.islands_spanned, node_gpus=per_node, why=plan.why, num_nodes=len(counts),
             network=network.kind if network else "",
             nic_names=tuple(n.name for n in topo.node.nics) if network else (),
+            engine=pred.engine,
         )
 
     # --- JSON ----------------------------------------------------------------------------------
@@ -144,6 +147,7 @@ class LaunchPlan:
                 "link_gbps": self.link_gbps,
                 "islands_spanned": self.islands_spanned,
                 "why": self.why,
+                "engine": self.engine,
             },
             "node_gpus": self.node_gpus,
             "num_nodes": self.num_nodes,
@@ -176,6 +180,7 @@ class LaunchPlan:
                 islands_spanned=int(p.get("islands_spanned", 1)), node_gpus=int(data.get("node_gpus", 0)),
                 why=str(p.get("why", "")), num_nodes=int(data.get("num_nodes", 1)),
                 network=str(data.get("network", "")), nic_names=tuple(str(n) for n in data.get("nic_names", ())),
+                engine=str(p.get("engine", "pytorch")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: plan JSON is missing or has a bad field ({exc})") from None
@@ -183,8 +188,12 @@ class LaunchPlan:
             raise UsageError(f"{where}: plan needs distinct GPUs and a positive micro-batch and sequence length")
         if plan.fabric not in FABRICS:
             raise UsageError(f"{where}: fabric {plan.fabric!r} is neither nvlink nor pcie")
+        if plan.engine not in ENGINES:
+            raise UsageError(f"{where}: engine {plan.engine!r} is not one of {', '.join(ENGINES)}")
         try:
             plan = replace(plan, strategy=normalize_strategy(plan.strategy))
+            if plan.engine == "deepspeed" and plan.spec.deepspeed_stage is None:
+                raise UsageError(f"{plan.strategy} is not predicted as DeepSpeed runs it (engine deepspeed)")
             if plan.spec.replicated and plan.shard_group_size is not None:
                 check_shard_group_size(plan.shard_group_size, plan.nproc)
         except UsageError as exc:
@@ -197,9 +206,12 @@ class LaunchPlan:
 
 def load_plan_file(path: str) -> LaunchPlan:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the plan ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a topowise plan: not text (a plan is the JSON `topowise plan "
+                         "--save-plan FILE` writes)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -18,17 +18,14 @@ PYTHONS = ("python", "python3")
 def script_args(command: list[str] | tuple[str, ...]) -> list[str]:
     """What follows torchrun's own flags: a script, `-m module`, or `--no-python CMD` for anything else.
 
-    torchrun starts Python itself, so a leading `python`/`python3` is dropped (its `-m` kept).
+    A script or `-m module` runs in torchrun's Python; a command that names its interpreter
+    (`python train.py`) keeps it and runs as written, under `--no-python`.
     """
     cmd = list(command)
     if not cmd:
         raise UsageError("no command to run: put it after `--`, e.g. `topowise launch --plan p.json -- train.py`")
-    if cmd[0].rsplit("/", 1)[-1] in PYTHONS:
-        if len(cmd) == 1:
-            raise UsageError("`python` alone is not a training command: give the script or `-m module` after it")
-        if cmd[1] == "-m" or cmd[1].endswith(".py"):
-            return cmd[1:]
-        return ["--no-python", *cmd]  # python -c ..., python -u x.py: torchrun cannot take those itself
+    if cmd[0].rsplit("/", 1)[-1] in PYTHONS and len(cmd) == 1:
+        raise UsageError("`python` alone is not a training command: give the script or `-m module` after it")
     if cmd[0] == "-m" or cmd[0].endswith(".py"):
         return cmd
     return ["--no-python", *cmd]

@@ -1,6 +1,7 @@
 """Measurements on real GPUs (NCCL) or CPU (gloo), split by the process that runs each part.
 
-- launcher: starts every process (torchrun for the ranks, a `topowise` command as a child).
+- launcher: starts every process (torchrun for the ranks, a `topowise` command as a child);
+  torchrun: torchrun for `topowise launch`, exiting with the failed rank's own status.
 - parent side, no torch: comm (bench comm's configs, launch and results), train (bench train's
   requests, launches, records and loss check), records (JSONL), nccl_log (NCCL's own log), machine
   (the live wiring, the visible GPUs).

@@ -11,6 +11,7 @@ timeout stops it with every rank it started. Nothing here imports torch.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -23,6 +24,23 @@ from collections.abc import Callable
 from topowise.errors import UsageError
 
 TIMED_OUT = 124  # the status `launch` and `run_topowise` return when they stopped a run at its timeout
+TORCH_INSTALL_HINT = "pip install 'topowise[bench]'"
+
+
+def have_torch() -> bool:
+    """Whether this Python can import torch, without importing it (that takes seconds)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_torch(what: str, instead: str = "") -> None:
+    """A one-line UsageError before anything starts when this Python has no PyTorch (the quick-start
+    install), instead of a rank's or torchrun's traceback later; `instead`: what works without it."""
+    if not have_torch():
+        raise UsageError(f"{what} needs PyTorch, which this Python does not have: {TORCH_INSTALL_HINT}"
+                         + (f" ({instead})" if instead else ""))
 
 
 def in_job() -> bool:
@@ -66,6 +84,7 @@ def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None =
         return 0
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1, not {nproc}")
+    require_torch("measuring")
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="topowise-", delete=False) as f:
         json.dump(config, f)
         config_path = f.name

@@ -66,6 +66,12 @@ def relative_error(predicted: float | None, measured: float | None) -> float | N
     return (predicted - measured) / measured
 
 
+def fabric_label(fabric: str, device: str | None) -> str:
+    """What joined the processes of a run, for people: the fabric (nvlink, pcie) on GPUs, "gloo" on a
+    CPU, where there is no NVLink to use or take away. Records keep `fabric` as the switch it was."""
+    return "gloo" if device == "cpu" else fabric
+
+
 def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as fh:
         fh.seek(-1, os.SEEK_END)

@@ -19,12 +19,15 @@ rank's slice of it).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn as nn
 
 from topowise.run import Run
 
 DDP_BUCKET_CAP_MB = 25  # PyTorch's default; the cost model's bucket size
+DDP_PARAMETERS = frozenset(inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters)
 
 
 def apply_strategy(model: nn.Module, run: Run, world_size: int, *, device_type: str, lr: float,
@@ -67,10 +70,12 @@ def apply_ddp(model: nn.Module, process_group=None, *, device_type: str = "cuda"
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [torch.cuda.current_device()] if device_type == "cuda" else None
-    # broadcast_buffers=False: the only buffers are the rotary tables, identical on every rank.
+    # No buffer broadcast before each forward: the only buffers are the rotary tables, identical on
+    # every rank. Newer torch names it forward_sync_buffers and warns on broadcast_buffers.
+    no_buffer_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in DDP_PARAMETERS
+                      else {"broadcast_buffers": False})
     return DistributedDataParallel(model, device_ids=device_ids, process_group=process_group,
-                                   gradient_as_bucket_view=True, bucket_cap_mb=bucket_cap_mb,
-                                   broadcast_buffers=False)
+                                   gradient_as_bucket_view=True, bucket_cap_mb=bucket_cap_mb, **no_buffer_sync)
 
 
 def apply_zero1(model: nn.Module, process_group=None, *, device_type: str = "cuda", lr: float,

@@ -185,9 +185,13 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
     spec = load_model(model)
     if fabric not in FABRICS:
         raise UsageError(f"--fabric must be {' or '.join(FABRICS)}, not {fabric!r}")
+    launcher.require_torch("bench train")  # before a launch per strategy, each of which would crash
     device = device or ("cuda" if cuda_device_count() > 0 else "cpu")
     if device not in ("cuda", "cpu"):
         raise UsageError(f"--device must be cuda or cpu, not {device!r}")
+    if device == "cpu" and fabric == "pcie":
+        raise UsageError("--fabric pcie takes NVLink away from NCCL; a CPU run (gloo) has none to take away: "
+                         "leave --fabric out with --device cpu")
     if device == "cuda":
         gpus = cuda_device_count()
         if gpus == 0:
@@ -388,7 +392,7 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
 
 @dataclass(frozen=True)
 class LossAgreement:
-    agree: bool
+    agree: bool | None  # None: fewer than two strategies finished, so nothing was compared
     reference: str | None
     compared: tuple[str, ...]
     max_rel_diff: float
@@ -396,8 +400,10 @@ class LossAgreement:
     rtol: float
 
     def message(self) -> str:
-        if len(self.compared) < 2:
-            return "losses: fewer than two strategies finished, nothing to compare"
+        if not self.compared:
+            return "losses: not compared (no strategy finished)"
+        if len(self.compared) == 1:
+            return f"losses: not compared (only {self.compared[0]} finished; the check needs two strategies)"
         worst = f"max relative difference {100 * self.max_rel_diff:.2f}%"
         if self.agree:
             return f"losses agree across {', '.join(self.compared)}: {worst} (tolerance {100 * self.rtol:g}%)"
@@ -421,8 +427,8 @@ def compare_losses(records: list[dict], rtol: float = LOSS_RTOL) -> LossAgreemen
     single wrong strategy is the one named, even when it ran first.
     """
     done = [r for r in records if r.get("status") == "ok" and r.get("losses")]
-    if not done:
-        return LossAgreement(True, None, (), 0.0, (), rtol)
+    if len(done) < 2:
+        return LossAgreement(None, None, tuple(r["strategy"] for r in done), 0.0, (), rtol)
     diffs = {(i, j): _max_rel_diff(a["losses"], b["losses"]) for i, a in enumerate(done) for j, b in enumerate(done)}
     votes = [sum(diffs[i, j] <= rtol for j in range(len(done)) if j != i) for i in range(len(done))]
     ref = votes.index(max(votes))

@@ -27,6 +27,9 @@ class ModelSpec:
     tied_embeddings: bool = False
     qkv_bias: bool = False  # Qwen2 has biases on q, k, v
     max_positions: int = 0  # learned position embeddings (GPT-2); 0 for rotary
+    # tokens per sequence the model was published for (max_position_embeddings, GPT-2's n_positions);
+    # 0: not stated. Learned positions stop there; rotary ones can be stretched (run.check_seq_len).
+    context_length: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -69,21 +72,23 @@ class ModelSpec:
         return cls(**{k: v for k, v in data.items() if k != "params"})  # params is derived
 
 
-def _llama(name, vocab, hidden, layers, heads, kv, inter, tied, bias=False):
-    return ModelSpec(name, "llama", vocab, hidden, layers, heads, kv, inter, tied, bias)
+def _llama(name, vocab, hidden, layers, heads, kv, inter, tied, bias=False, context=0):
+    return ModelSpec(name, "llama", vocab, hidden, layers, heads, kv, inter, tied, bias, context_length=context)
 
 
-# Shapes from each model's published config.json; the count each gives is checked in tests.
+# Shapes and context lengths (max_position_embeddings, GPT-2's n_positions) from each model's published
+# config.json; the count each gives is checked in tests. tiny is made up; its context is the default
+# --seq-len, so that a long sequence on it is warned of, then refused, like on the real models.
 PRESETS: dict[str, ModelSpec] = {
-    "tiny": _llama("tiny", 512, 64, 2, 4, 2, 128, False),
-    "gpt2": ModelSpec("gpt2", "gpt2", 50257, 768, 12, 12, 12, 3072, True, True, 1024),
-    "qwen2.5-0.5b": _llama("qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, True, True),
-    "llama3.2-1b": _llama("llama3.2-1b", 128256, 2048, 16, 32, 8, 8192, True),
-    "llama3.2-3b": _llama("llama3.2-3b", 128256, 3072, 28, 24, 8, 8192, True),
-    "llama3.1-8b": _llama("llama3.1-8b", 128256, 4096, 32, 32, 8, 14336, False),
-    "llama3.1-70b": _llama("llama3.1-70b", 128256, 8192, 80, 64, 8, 28672, False),
-    "qwen2.5-7b": _llama("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, False, True),
-    "mistral-7b": _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, False),
+    "tiny": _llama("tiny", 512, 64, 2, 4, 2, 128, False, context=4096),
+    "gpt2": ModelSpec("gpt2", "gpt2", 50257, 768, 12, 12, 12, 3072, True, True, 1024, 1024),
+    "qwen2.5-0.5b": _llama("qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, True, True, 32768),
+    "llama3.2-1b": _llama("llama3.2-1b", 128256, 2048, 16, 32, 8, 8192, True, context=131072),
+    "llama3.2-3b": _llama("llama3.2-3b", 128256, 3072, 28, 24, 8, 8192, True, context=131072),
+    "llama3.1-8b": _llama("llama3.1-8b", 128256, 4096, 32, 32, 8, 14336, False, context=131072),
+    "llama3.1-70b": _llama("llama3.1-70b", 128256, 8192, 80, 64, 8, 28672, False, context=131072),
+    "qwen2.5-7b": _llama("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, False, True, 131072),
+    "mistral-7b": _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, False, context=32768),
 }
 
 
@@ -103,25 +108,54 @@ def load_model(name_or_path: str) -> ModelSpec:
         raise UsageError(f"{path}: not a readable JSON config ({exc})") from None
     if not isinstance(config, dict):
         raise UsageError(f"{path}: a Hugging Face config.json holds an object, not {type(config).__name__}")
-    return spec_from_hf_config(config, name=path.parent.name or path.stem)
+    return spec_from_hf_config(config, name=path.parent.name or path.stem, where=str(path))
 
 
-def spec_from_hf_config(config: dict, name: str = "custom") -> ModelSpec:
-    """Llama, Qwen2 and Mistral field names (num_hidden_layers, ...) or GPT-2's (n_embd, n_layer, ...)."""
+def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = None) -> ModelSpec:
+    """Llama, Qwen2 and Mistral field names (num_hidden_layers, ...) or GPT-2's (n_embd, n_layer, ...).
+
+    Every size must be a positive integer and the heads must divide: a negative hidden_size would
+    otherwise predict negative parameters and MFU. Each refusal names the config's own field, and
+    `where` (the file) or the model's name."""
+    where = where or f"config for {name!r}"
     model_type = str(config.get("model_type", "")).lower()
     try:
         if model_type == "gpt2" or "n_embd" in config:
-            hidden = int(config["n_embd"])
-            return ModelSpec(name, "gpt2", int(config["vocab_size"]), hidden, int(config["n_layer"]),
-                             int(config["n_head"]), int(config["n_head"]),
-                             int(config.get("n_inner") or 4 * hidden), True, True, int(config["n_positions"]))
-        heads = int(config["num_attention_heads"])
+            hidden, heads = _size(where, config, "n_embd"), _size(where, config, "n_head")
+            positions = _size(where, config, "n_positions")
+            inner = _size(where, config, "n_inner") if config.get("n_inner") is not None else 4 * hidden
+            _check_heads(where, ("n_embd", hidden), ("n_head", heads), None)
+            return ModelSpec(name, "gpt2", _size(where, config, "vocab_size"), hidden, _size(where, config, "n_layer"),
+                             heads, heads, inner, True, True, positions, positions)
+        hidden, heads = _size(where, config, "hidden_size"), _size(where, config, "num_attention_heads")
+        kv = _size(where, config, "num_key_value_heads") if config.get("num_key_value_heads") is not None else heads
+        context = (_size(where, config, "max_position_embeddings")
+                   if config.get("max_position_embeddings") is not None else 0)
+        _check_heads(where, ("hidden_size", hidden), ("num_attention_heads", heads), ("num_key_value_heads", kv))
         return ModelSpec(
-            name, "llama", int(config["vocab_size"]), int(config["hidden_size"]), int(config["num_hidden_layers"]),
-            heads, int(config.get("num_key_value_heads") or heads), int(config["intermediate_size"]),
+            name, "llama", _size(where, config, "vocab_size"), hidden, _size(where, config, "num_hidden_layers"),
+            heads, kv, _size(where, config, "intermediate_size"),
             bool(config.get("tie_word_embeddings", False)),
             bool(config.get("attention_bias", model_type == "qwen2")),
+            context_length=context,
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"config for {name!r} lacks a field topowise needs ({exc}); "
+    except KeyError as exc:
+        raise UsageError(f"{where} lacks a field topowise needs ({exc}); "
                          "Llama, Qwen2, Mistral and GPT-2 configs are understood") from None
+
+
+def _size(where: str, config: dict, key: str) -> int:
+    """config[key] as a positive integer (4096 or 4096.0); anything else names the field."""
+    value = config[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: {key} is {value!r}; it must be a positive integer")
+    return value
+
+
+def _check_heads(where: str, hidden: tuple[str, int], heads: tuple[str, int], kv: tuple[str, int] | None) -> None:
+    """Each head gets hidden / heads channels; each key/value head serves heads / kv query heads."""
+    for (big, a), (small, b) in ((hidden, heads), *(((heads, kv),) if kv else ())):
+        if a % b:
+            raise UsageError(f"{where}: {big} {a} is not a multiple of {small} {b}")

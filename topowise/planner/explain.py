@@ -31,15 +31,22 @@ def gpu_list(gpus: Iterable[int]) -> str:
     return ",".join(map(str, g))
 
 
-def groups_text(gpus: tuple[int, ...], size: int | None) -> str:
-    groups = shard_groups(gpus, size)
-    shown = ",".join("{" + ",".join(map(str, g)) + "}" for g in groups[:2])
-    return shown + (",..." if len(groups) > 2 else "")
+def all_groups(gpus: tuple[int, ...], size: int | None) -> str:
+    """Every shard group, none left out: (0..7), 2 -> "{0,1},{2,3},{4,5},{6,7}"; (0..15), 8 -> "{0-7},{8-15}"."""
+    return ",".join("{" + gpu_list(g) + "}" for g in shard_groups(gpus, size))
+
+
+def param_count(params: float) -> str:
+    """8.03e9 -> "8.03B", 2.1e6 -> "2.10M", 900 -> "900": small models do not read as 0.00B."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(params) >= scale:
+            return f"{params / scale:.2f}{unit}"
+    return f"{params:,.0f}"
 
 
 def label(strategy: str, gpus: tuple[int, ...], shard_group_size: int | None = None) -> str:
     if strategy == "hsdp" and shard_group_size:
-        return f"hsdp with shard groups {groups_text(gpus, shard_group_size)}"
+        return f"hsdp with shard groups {all_groups(gpus, shard_group_size)}"
     if len(gpus) == 1:
         return f"1 GPU ({gpus[0]})"
     return f"{strategy} on GPUs {gpu_list(gpus)}"

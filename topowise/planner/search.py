@@ -93,7 +93,7 @@ class PlanResult:
     infeasible: tuple[Infeasible, ...]
     suggestion: str | None = None
     notes: tuple[str, ...] = ()
-    evaluated: int = 0  # predictions made
+    evaluated: int = 0  # predictions made (every micro-batch, checkpointing and placement variant)
     feasible: int = 0  # of which fit
     ranked: tuple[Plan, ...] = field(default=(), repr=False, compare=False)  # every distinct feasible plan
     engine: str = "pytorch"  # whose ZeRO the predictions model: pytorch (FSDP2) or deepspeed
@@ -114,6 +114,7 @@ class PlanResult:
             "notes": list(self.notes),
             "evaluated": self.evaluated,
             "feasible": self.feasible,
+            "choices": len(self.ranked),
             "engine": self.engine,
         }
 
@@ -123,14 +124,17 @@ def _finite(x: float | None) -> float | None:
 
 
 def memory_reason(pred: Prediction, profile: Profile | None = None) -> str:
-    """"needs 97.3 GiB, the GPU has 80.0 GiB (over by 17.3 GiB)", counting the profile's headroom."""
+    """"needs 92.5 GiB, the GPU has 87.5 GiB of which 83.2 GiB is usable with 5% kept free (over by 9.3 GiB)".
+
+    The verdict is against the usable part, so the headroom is said whenever there is one: "over by"
+    without it would not add up."""
     headroom = (profile or default_profile()).memory_headroom
     need, have = pred.memory.peak_bytes / GIB, pred.memory.gpu_memory_bytes / GIB
     usable = have * (1.0 - headroom)
-    if need > have or headroom <= 0:
-        return f"needs {need:.1f} GiB, the GPU has {have:.1f} GiB (over by {need - usable:.1f} GiB)"
-    return (f"needs {need:.1f} GiB, the GPU has {have:.1f} GiB of which {usable:.1f} GiB is usable with "
-            f"{headroom:.0%} kept free (over by {need - usable:.1f} GiB)")
+    if headroom <= 0:
+        return f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB (over by {need - have:,.1f} GiB)"
+    return (f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB of which {usable:,.1f} GiB is usable with "
+            f"{headroom:.0%} kept free (over by {need - usable:,.1f} GiB)")
 
 
 def check_inputs(topo: Topology, num_gpus, gpus, micro_batches, seq_len, top) -> None:
@@ -287,5 +291,5 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
     return (f"{head}. Nothing on one {topo.name} fits: even {explain.label(everything.strategy, everything.gpus)} "
             f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; "
             f"the training state alone is {states:,.0f} GiB (16 bytes x "
-            f"{model.params / 1e9:.1f}B parameters). Shard across more nodes (multi-node plans are not "
+            f"{explain.param_count(model.params)} parameters). Shard across more nodes (multi-node plans are not "
             f"modelled yet), shorten --seq-len, or use GPUs with more memory")

@@ -59,9 +59,16 @@ def _grouped_bars(ax, groups: list[str], strategies: tuple[str, ...], value, *, 
 
 
 def _legend_with_no_fit(ax, plt, note: str = "hatched: does not fit in GPU memory"):
+    """One plain swatch per strategy (a strategy's first bar may be hatched: its swatch is not), the
+    other labelled artists (GPU memory), then what hatching means."""
     from matplotlib.patches import Patch
 
-    handles, labels = ax.get_legend_handles_labels()
+    handles, labels = [], []
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+        if label in STRATEGY_COLORS:
+            handle = Patch(facecolor=STRATEGY_COLORS[label], edgecolor="none")
+        handles.append(handle)
+        labels.append(label)
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="///"))
     labels.append(note)
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
@@ -143,7 +150,7 @@ def plot_island_slowdown(study: Study, path: Path) -> Path | None:
     lookup = {(f.topology, f.values["gpus_per_job"], f.values["strategy"]): f for f in rows}
     strategies = tuple(s for s in study.strategies if any(k[2] == s for k in lookup))
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.9 * len(groups) + 3), 5))
+    fig, ax = plt.subplots(figsize=(max(8.0, 2.4 * len(groups) + 4), 5))
     names = [f"{t}|{k}" for t, k in groups]
 
     def value(g, s):
@@ -157,8 +164,10 @@ def plot_island_slowdown(study: Study, path: Path) -> Path | None:
         return f is not None and not f.values["fits"]
 
     _grouped_bars(ax, names, strategies, value, hatch_if=no_fit)
-    for container in ax.containers:  # the factor on each bar
-        ax.bar_label(container, fmt="%.2fx", fontsize=7, padding=1)
+    for container in ax.containers:  # the factor on each bar, upright so that neighbours never overlap
+        ax.bar_label(container, fmt="%.2fx", fontsize=7, padding=2, rotation=90)
+    top = max((f.values["slowdown"] for f in rows), default=1.0)
+    ax.set_ylim(0, top * 1.15)  # room for the labels above the tallest bar
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_xticklabels([f"{t}\n{k} GPUs" for t, k in groups])
     ax.set_ylabel("step time across islands / inside one (x)")

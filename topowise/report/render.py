@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from pathlib import Path
 
+from topowise.planner.explain import gpu_list
 from topowise.report.study import GIB, Study
 
 # --- blocks --------------------------------------------------------------------------------------
@@ -28,34 +30,23 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
         b.append(("p", f"Reproduce: `{command}`"))
 
     b.append(("h2", "Findings"))
-    titles = {
-        "recommendations": "Recommendation per topology",
-        "nvlink_pcie_ratio": "NVLink vs PCIe bandwidth",
-        "island_slowdown": "Slowdown when a job spans NVLink islands",
-        "ddp_does_not_fit": "Where DDP does not fit",
-        "fsdp_near_ddp": "Where FSDP (zero2/zero3) comes within 10% of DDP with less memory",
-    }
-    empty = {
-        "island_slowdown": "No topology here has both a placement inside one island and one across islands.",
-        "ddp_does_not_fit": "DDP fits everywhere in this study.",
-        "fsdp_near_ddp": "Nowhere here does zero2 or zero3 reach 90% of DDP's tokens/s.",
-    }
-    for kind, title in titles.items():
-        b.append(("h3", title))
-        found = study.findings_of(kind)
-        if not found:
-            b.append(("p", empty.get(kind, "None.")))
-        elif kind == "island_slowdown":  # many numbers of one shape: a table reads better than sentences
-            b.append(("p", "Step time with the GPUs in different NVLink islands over step time with the "
-                           "same number of GPUs inside one island (1.00x = no slowdown)."))
-            b.append(("table", ["topology", "GPUs", "strategy", "inside", "across", "inside ms", "across ms",
-                                "slowdown", "fits"],
-                      [[f.topology, str(v["gpus_per_job"]), v["strategy"], ",".join(map(str, v["inside_gpus"])),
-                        ",".join(map(str, v["across_gpus"])), _ms(v["inside_step_time_s"]),
-                        _ms(v["across_step_time_s"]), f"{v['slowdown']:.2f}x", "yes" if v["fits"] else "no"]
-                       for f in found for v in [f.values]]))
-        else:
-            b.append(("ul", [f.text for f in found]))
+    b += recommendation_blocks(study)
+    b.append(("h3", "NVLink vs PCIe bandwidth"))
+    b.append(("ul", [f.text for f in study.findings_of("nvlink_pcie_ratio")] or ["None."]))
+    b.append(("h3", "Slowdown when a job spans NVLink islands"))
+    slow = study.findings_of("island_slowdown")
+    if slow:  # many numbers of one shape: a table reads better than sentences
+        b.append(("p", "Step time with the GPUs in different NVLink islands over step time with the "
+                       "same number of GPUs inside one island (1.00x = no slowdown)."))
+        b.append(("table", ["topology", "GPUs", "strategy", "inside", "across", "inside ms", "across ms",
+                            "slowdown", "fits"],
+                  [[f.topology, str(v["gpus_per_job"]), v["strategy"], ",".join(map(str, v["inside_gpus"])),
+                    ",".join(map(str, v["across_gpus"])), _ms(v["inside_step_time_s"]),
+                    _ms(v["across_step_time_s"]), f"{v['slowdown']:.2f}x", "yes" if v["fits"] else "no"]
+                   for f in slow for v in [f.values]]))
+    else:
+        b.append(("p", "No topology here has both a placement inside one island and one across islands."))
+    b += ddp_fsdp_blocks(study)
 
     b.append(("h2", "Throughput and memory (all GPUs of each node)"))
     for name, alt in (("throughput", "predicted tokens/s per strategy per topology"),
@@ -105,6 +96,60 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
     return b
 
 
+def recommendation_blocks(study: Study) -> list[tuple]:
+    """The planner's choice per topology as a short table; its reasons below, one clause per line."""
+    rows, reasons = [], []
+    for f in study.findings_of("recommendations"):
+        v = f.values
+        if v.get("strategy") is None:
+            rows.append([f.topology, "nothing fits", "-", "-", "-", "-", "-"])
+        else:
+            groups = f" (shard groups of {v['shard_group_size']})" if v.get("shard_group_size") else ""
+            rows.append([f.topology, v["strategy"] + groups, gpu_list(v["gpus"]), str(v["micro_batch"]),
+                         "on" if v["activation_checkpointing"] else "off", f"{v['tokens_per_s']:,.0f}",
+                         f"{v['peak_bytes'] / GIB:.1f}"])
+        reasons.append((f.topology, _clauses(v.get("why") or "")))
+    if not rows:
+        return [("h3", "Recommendation per topology"), ("p", "None.")]
+    return [("h3", "Recommendation per topology"),
+            ("table", ["topology", "strategy", "GPUs", "micro-batch", "checkpointing", "tokens/s", "peak GiB"],
+             rows),
+            ("p", "Why, as the planner says it:"),
+            ("ul", reasons)]
+
+
+def _clauses(text: str) -> list[str]:
+    """The planner's reason split into its sentences and `;` clauses, each a line of its own."""
+    out = []
+    for sentence in re.split(r"(?<=\.)\s+(?=[A-Z])", text.strip()):
+        out += [c.strip().rstrip(".") for c in sentence.split("; ") if c.strip()]
+    return out
+
+
+def ddp_fsdp_blocks(study: Study) -> list[tuple]:
+    """Where DDP does not fit (and what takes its place), then where FSDP comes near a DDP that fits."""
+    b: list[tuple] = [("h3", "Where DDP does not fit")]
+    over = study.findings_of("ddp_does_not_fit")
+    near = study.findings_of("fsdp_near_ddp")
+    instead = [f for f in near if not f.values["ddp_fits"]]
+    beside = [f for f in near if f.values["ddp_fits"]]
+    b.append(("ul", [f.text for f in over]) if over else ("p", "DDP fits everywhere in this study."))
+    if instead:
+        b.append(("p", "zero2 and zero3 on the same GPUs, against the tokens/s DDP would reach if it had the memory:"))
+        b.append(("table", ["topology", "GPUs", "strategy", "tokens/s vs DDP", "peak GiB", "saved GiB", "fits"],
+                  [[f.topology, str(len(v["gpus"])), v["strategy"], f"{v['speed_vs_ddp']:.0%}",
+                    f"{v['peak_bytes'] / GIB:.1f}", f"{v['memory_saved_bytes'] / GIB:.1f}",
+                    "yes" if v["fits"] else "no"] for f in instead for v in [f.values]]))
+    b.append(("h3", "Where FSDP (zero2/zero3) comes within 10% of DDP with less memory"))
+    if beside:
+        b.append(("ul", [f.text for f in beside]))
+    elif not any(c.fits for c in study.cases if (c.strategy, c.placement) == ("ddp", "all") and c.ok):
+        b.append(("p", "DDP fits on none of these topologies (above), so there is no DDP to come near."))
+    else:
+        b.append(("p", "Where DDP fits, zero2 and zero3 stay below 90% of its tokens/s."))
+    return b
+
+
 def _ms(v):
     return "-" if v is None else f"{v * 1000:,.1f}"
 
@@ -128,7 +173,7 @@ def to_markdown(blocks: list[tuple]) -> str:
         elif kind == "p":
             out.append(block[1])
         elif kind == "ul":
-            out.append("\n".join(f"- {item}" for item in block[1]))
+            out.append("\n".join(_md_item(item) for item in block[1]))
         elif kind == "table":
             headers, rows = block[1], block[2]
             lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -137,6 +182,14 @@ def to_markdown(blocks: list[tuple]) -> str:
         elif kind == "img":
             out.append(f"![{block[2]}]({Path(block[1]).name})")
     return "\n\n".join(out) + "\n"
+
+
+def _md_item(item) -> str:
+    """A list item: text, or (text, [sub-items])."""
+    if isinstance(item, str):
+        return f"- {item}"
+    head, subs = item
+    return "\n".join([f"- {head}", *(f"  - {sub}" for sub in subs)])
 
 
 def _md_cell(text: str) -> str:
@@ -164,7 +217,7 @@ def to_html(blocks: list[tuple], title: str) -> str:
         elif kind == "p":
             out.append(f"<p>{_inline(block[1])}</p>")
         elif kind == "ul":
-            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block[1]) + "</ul>")
+            out.append("<ul>" + "".join(_html_item(i) for i in block[1]) + "</ul>")
         elif kind == "table":
             head = "".join(f"<th>{html.escape(h)}</th>" for h in block[1])
             body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
@@ -176,6 +229,13 @@ def to_html(blocks: list[tuple], title: str) -> str:
                        f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _html_item(item) -> str:
+    if isinstance(item, str):
+        return f"<li>{_inline(item)}</li>"
+    head, subs = item
+    return f"<li>{_inline(head)}<ul>" + "".join(f"<li>{_inline(s)}</li>" for s in subs) + "</ul></li>"
 
 
 def _inline(text: str) -> str:
@@ -204,50 +264,72 @@ def write_report(study: Study, out_dir: str | Path, command: str = "") -> dict[s
 # --- terminal ------------------------------------------------------------------------------------
 
 def print_summary(study: Study, paths: dict[str, Path], console=None) -> None:
-    """A rich table per topology (all GPUs), the findings, and the files written."""
-    from rich.console import Console
+    """A table per topology (all GPUs), the recommendations as a table, the other findings, the files."""
     from rich.table import Table
 
-    console = console or Console()
+    from topowise.cli.console import column
+    from topowise.cli.console import console as make_console
+
+    console = console or make_console()
     m = study.model
     console.print(f"[bold]topowise study[/bold]: {m['name']} ({m['params'] / 1e9:.2f} B params), "
-                  f"seq {study.seq_len}, micro-batch {study.micro_batch}, profile {study.profile}")
+                  f"seq {study.seq_len}, micro-batch {study.micro_batch}, profile {study.profile}", highlight=False)
     for t in study.topologies:
         place = t.placements[0]
         table = Table(title=f"{t.label}: {len(place.gpus)}x {t.gpu_name} ({t.gpu_memory_bytes / GIB:.0f} GiB)",
                       title_justify="left")
         for col, justify in (("strategy", "left"), ("GPUs", "left"), ("tokens/s", "right"),
                              ("peak GiB", "right"), ("fits", "left")):
-            table.add_column(col, justify=justify)
+            column(table, col, justify=justify)
+        notes = []
         for s in study.strategies:
             c = study.case(t.label, place.label, s)
             if c is None:
                 continue
-            if not c.ok:
-                table.add_row(s, ",".join(map(str, c.gpus)), "-", "-", f"[yellow]{c.error}[/yellow]")
+            if not c.ok:  # the reason is prose: under the table
+                table.add_row(s, gpu_list(c.gpus), "-", "-", "[yellow]see below[/yellow]")
+                notes.append(f"  {s}: {c.error}")
                 continue
-            table.add_row(s, ",".join(map(str, c.gpus)), f"{c.tokens_per_s:,.0f}", f"{c.peak_bytes / GIB:.1f}",
+            table.add_row(s, gpu_list(c.gpus), f"{c.tokens_per_s:,.0f}", f"{c.peak_bytes / GIB:.1f}",
                           "[green]yes[/green]" if c.fits else "[red]no[/red]")
         console.print(table)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
     if study.measured:
         r = study.measured
         table = Table(title=f"measured: {r.model} on {r.topology}", title_justify="left")
         for col in ("strategy", "status", "pred ms", "meas ms", "err %", "pred GiB", "meas GiB", "err %"):
-            table.add_column(col)
+            column(table, col)
         for x in r.rows:
             table.add_row(x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
                           _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
                           _pct(x.memory_error_pct))
         console.print(table)
+    blocks = recommendation_blocks(study)
+    table_block = next((b for b in blocks if b[0] == "table"), None)
+    if table_block:
+        table = Table(title="Recommendation per topology (the planner's reasons: report.md)", title_justify="left")
+        for col in table_block[1]:
+            column(table, col, justify="left" if col in ("topology", "strategy", "GPUs", "checkpointing")
+                   else "right")
+        for row in table_block[2]:
+            table.add_row(*row)
+        console.print(table)
     console.print("[bold]Findings[/bold]")
-    for kind in ("recommendations", "nvlink_pcie_ratio", "ddp_does_not_fit", "fsdp_near_ddp"):
-        for f in study.findings_of(kind):
-            console.print(f"  - {f.text}", markup=False, highlight=False)
+    near = study.findings_of("fsdp_near_ddp")
+    lines = [f.text for kind in ("nvlink_pcie_ratio", "ddp_does_not_fit") for f in study.findings_of(kind)]
+    lines += [f.text for f in near if f.values["ddp_fits"]]
+    instead = [f for f in near if not f.values["ddp_fits"]]
+    if instead:
+        rescued = {f.topology for f in instead if f.values["fits"]}
+        lines.append(f"where DDP does not fit, zero2 or zero3 fits instead on {len(rescued)} of those "
+                     f"{len({f.topology for f in instead})} topologies (report.md)")
     slow = study.findings_of("island_slowdown")
-    if slow:
-        worst = max(slow, key=lambda f: f.values["slowdown"])
-        console.print(f"  - {len(slow)} island-slowdown figures (report.md); the largest: {worst.text}",
-                      markup=False, highlight=False)
+    if slow:  # the largest among placements that fit, when some do: those are the ones a job could take
+        worst = max([f for f in slow if f.values["fits"]] or slow, key=lambda f: f.values["slowdown"])
+        lines.append(f"{len(slow)} island-slowdown figures (report.md); the largest: {worst.text}")
+    for line in lines:
+        console.print(f"  - {line}", markup=False, highlight=False)
     console.print("[bold]Wrote[/bold]")
     for name in ("report.md", "report.html", "study.json"):
         if name in paths:

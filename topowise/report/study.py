@@ -25,8 +25,8 @@ from topowise.costmodel.predict import predict
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 from topowise.planner.search import plan
-from topowise.run import STRATEGY_NAMES, Run
-from topowise.topology import load_topology
+from topowise.run import STRATEGY_NAMES, Run, check_seq_len
+from topowise.topology import load_topologies
 from topowise.topology.model import Topology
 from topowise.topology.nvml import discover
 from topowise.units import GIB
@@ -231,12 +231,22 @@ class Study:
 
 # --- topologies and placements ------------------------------------------------------------------
 
-def resolve_topologies(names: Iterable[str] | None) -> list[tuple[str, Topology]]:
-    """(label, Topology) for each name; the default set plus the live node when one is found."""
+def resolve_topologies(names: Iterable[str] | None, gpu_name: str | None = None) -> list[tuple[str, Topology]]:
+    """(label, Topology) for each name; the default set plus the live node when one is found.
+    gpu_name (--gpu-name) names the GPU model of the `nvidia-smi topo -m` text among them."""
     if names is None:
-        chosen = [(n, load_topology(n)) for n in DEFAULT_TOPOLOGIES]
+        chosen = list(zip(DEFAULT_TOPOLOGIES, load_topologies(list(DEFAULT_TOPOLOGIES), gpu_name)))
         live = discover_live()
         return chosen + ([("live", live)] if live is not None else [])
+    names = list(names)
+    if not names:
+        raise UsageError("--topologies is empty: name at least one preset, e.g. --topologies hgx-h100-8")
+    if len(set(names)) != len(names):
+        raise UsageError("--topologies names a topology twice")
+    files = [n for n in names if n != "live"]
+    loaded = dict(zip(files, load_topologies(files, gpu_name, need_gpu_model=True))) if files else {}
+    if gpu_name is not None and not files:
+        raise UsageError("--gpu-name applies to `nvidia-smi topo -m` text; the live node names its GPUs")
     out = []
     for name in names:
         if name == "live":
@@ -246,11 +256,7 @@ def resolve_topologies(names: Iterable[str] | None) -> list[tuple[str, Topology]
                                  "name presets instead (e.g. --topologies hgx-h100-8,h100-nvl-8)")
             out.append(("live", live))
         else:
-            out.append((name, load_topology(name)))
-    if not out:
-        raise UsageError("--topologies is empty: name at least one preset, e.g. --topologies hgx-h100-8")
-    if len({label for label, _ in out}) != len(out):
-        raise UsageError("--topologies names a topology twice")
+            out.append((name, loaded[name]))
     return out
 
 
@@ -339,7 +345,7 @@ def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_g
               strategies: tuple[str, ...] = STRATEGY_NAMES,
               advance: Callable[[str], None] | None = None) -> Study:
     """Predict every (topology, placement, strategy); derive the findings. `advance(what)` ticks a progress bar."""
-    check_study_args(topologies, num_gpus=num_gpus, seq_len=seq_len, micro_batch=micro_batch)
+    check_study_args(topologies, num_gpus=num_gpus, seq_len=seq_len, micro_batch=micro_batch, model=model)
     summaries, cases = [], []
     for label, topo in topologies:
         placements = placements_for(topo, num_gpus)
@@ -369,7 +375,7 @@ def study_size(topologies: list[tuple[str, Topology]], num_gpus: int | None,
     return sum(len(placements_for(t, num_gpus)) * len(strategies) + 1 for _, t in topologies)
 
 
-def check_study_args(topologies, *, num_gpus, seq_len, micro_batch) -> None:
+def check_study_args(topologies, *, num_gpus, seq_len, micro_batch, model: ModelSpec | None = None) -> None:
     if num_gpus is not None:
         if num_gpus < 1:
             raise UsageError(f"--num-gpus {num_gpus}: give at least 1")
@@ -380,6 +386,8 @@ def check_study_args(topologies, *, num_gpus, seq_len, micro_batch) -> None:
                              f"give --num-gpus {min(t.num_gpus for _, t in topologies)} or less")
     if seq_len < 1:
         raise UsageError(f"--seq-len {seq_len}: give a positive sequence length, e.g. 4096")
+    if model is not None:  # here, once: each case's Run would otherwise record the refusal as its note
+        check_seq_len(model, seq_len)
     if micro_batch < 1:
         raise UsageError(f"--micro-batch {micro_batch}: give a positive micro-batch, e.g. 1")
 
@@ -408,11 +416,15 @@ def nvlink_pcie_ratios(topologies: list[tuple[str, Topology]]) -> tuple[Finding,
             continue
         nvlink = topo.bottleneck_gbps(island)
         ratio = nvlink / pcie
-        out.append(Finding(
-            "nvlink_pcie_ratio", label,
-            f"{label}: NVLink gives each GPU {nvlink:.1f} GB/s inside its island of {len(island)}, "
-            f"{ratio:.1f}x the {pcie:g} GB/s of PCIe Gen{topo.pcie_gen} x16 that joins islands.",
-            {"nvlink_gbps": nvlink, "pcie_gbps": pcie, "ratio": ratio, "island": list(island)}))
+        if len(island) == topo.num_gpus:  # one island: no PCIe between the GPUs to compare with
+            text = (f"{label}: NVLink joins all {len(island)} GPUs in one island at {nvlink:.1f} GB/s per GPU, "
+                    f"{ratio:.1f}x one PCIe Gen{topo.pcie_gen} x16 link ({pcie:g} GB/s); no pair of GPUs "
+                    "here talks over PCIe.")
+        else:
+            text = (f"{label}: NVLink gives each GPU {nvlink:.1f} GB/s inside its island of {len(island)}, "
+                    f"{ratio:.1f}x the {pcie:g} GB/s of PCIe Gen{topo.pcie_gen} x16 that joins islands.")
+        out.append(Finding("nvlink_pcie_ratio", label, text,
+                           {"nvlink_gbps": nvlink, "pcie_gbps": pcie, "ratio": ratio, "island": list(island)}))
     return tuple(out)
 
 
@@ -497,7 +509,7 @@ def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *
             f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU. {p.why}",
             {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
              "activation_checkpointing": p.activation_checkpointing, "tokens_per_s": pred.tokens_per_s,
-             "peak_bytes": int(pred.memory.peak_bytes), "why": p.why})
+             "peak_bytes": int(pred.memory.peak_bytes), "why": p.why, "shard_group_size": p.shard_group_size})
     why = result.suggestion or "no strategy fits in memory"
     return Finding("recommendations", label, f"{label}: nothing fits. {why}",
                    {"source": "planner", "strategy": None, "why": why})

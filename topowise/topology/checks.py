@@ -20,6 +20,9 @@ from topowise.topology.model import NVLINK, Topology
 _DISTANCE = {"LOC": 0, "NVL": 1, "NVB": 2, "C2C": 3, "PIX": 4, "PXB": 5, "PXN": 6, "PHB": 8, "NODE": 8, "SYS": 9}
 _LEGACY_LEVEL = ("LOC", "PIX", "PXB", "PHB", "SYS")  # paths.cc levelsOldToNew (5 and above: SYS)
 _DEFAULT_P2P_LEVEL = "PXB"  # ncclTopoCheckP2p: default P2P level on Intel and most AMD hosts
+# A chosen set of GPUs whose ring runs under half the rate of the best set of the same size is worth a
+# warning: a ring's collectives scale with that rate, so the job would pay more than 2x in communication.
+SLOWER_THAN_BEST = 0.5
 
 
 def warnings(topo: Topology, selection: Iterable[int] | None = None,
@@ -29,6 +32,8 @@ def warnings(topo: Topology, selection: Iterable[int] | None = None,
     gpus = tuple(selection) if selection is not None else topo.indices
     out: list[str] = []
     out += _island_warnings(topo, gpus, explicit=selection is not None)
+    if selection is not None and not out:  # spanning islands is said above, with its own advice
+        out += _slower_than_best(topo, gpus)
     out += _p2p_unsupported(topo, gpus)
     out += _nccl_env(topo, gpus, environ)
     out += _cuda_visible_devices(topo, environ)
@@ -49,6 +54,26 @@ def _island_warnings(topo: Topology, gpus: tuple[int, ...], explicit: bool) -> l
             f"{bottleneck:g} GB/s, the link between islands, vs {fastest:g} GB/s on the fastest link inside "
             f"them ({fastest / bottleneck:.1f}x slower); keep a job inside one island or use HSDP "
             "with shard groups on the islands"]
+
+
+def _slower_than_best(topo: Topology, gpus: tuple[int, ...]) -> list[str]:
+    """The selection's ring against the best selection of as many GPUs (e.g. V100 hybrid cube-mesh: one
+    NVLink island, but GPUs 0 and 5 are joined only through the CPUs at 15.75 GB/s, while 0 and 3 have
+    two NVLinks at 50 GB/s)."""
+    if len(set(gpus)) < 2:
+        return []
+    best = topo.best_subset(len(set(gpus)))
+    rate, best_rate = topo.bottleneck_gbps(gpus), topo.bottleneck_gbps(best)
+    if rate >= SLOWER_THAN_BEST * best_rate:
+        return []
+    chosen = sorted(set(gpus))
+    # the link that sets the rate: any ring over these GPUs crosses one of this speed
+    pinch = next((topo.link(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1:]
+                  if topo.link(a, b).gbps == rate), None)
+    why = "" if pinch is None else f" (it must cross {_kind(pinch)}, e.g. between GPUs {pinch.a} and {pinch.b})"
+    return [f"GPUs {_join(gpus)} run a ring at {rate:g} GB/s per direction{why}, under half the {best_rate:g} "
+            f"GB/s of the best {len(best)} GPUs here ({_join(best)}); choose those, or expect collectives "
+            f"{best_rate / rate:.1f}x slower"]
 
 
 def _p2p_unsupported(topo: Topology, gpus: tuple[int, ...]) -> list[str]:

@@ -371,7 +371,14 @@ def _has_ring(members: list[int], ok) -> bool:
 
 
 def _ranges(indices: Iterable[int]) -> str:
-    return ",".join(str(i) for i in indices)
+    """(0, 1, 2, 3, 6) -> "0-3,6": a 1024-GPU cluster's list stays one short line."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" if b > a + 1 else f"{a},{b}" for a, b in runs)
 
 
 def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
@@ -382,8 +389,11 @@ def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
         try:
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
+                if hi < lo or lo < 0:
                     raise ValueError
+                if hi > max(topo.indices, default=-1):  # before the range is built: 0-99999999999 is not a MemoryError
+                    raise UsageError(f"--gpus {text!r}: GPU {hi} is out of range; {topo.name!r} has GPUs "
+                                     f"{_ranges(topo.indices)}")
                 out.extend(range(lo, hi + 1))
             else:
                 out.append(int(part))

@@ -7,8 +7,11 @@ NVLinks) or a PCIe path class (PIX, PXB, PHB, NODE, SYS; SOC is the old name of 
 separated by tabs or spaces, the header may carry ANSI colour escapes, and trailing cells may be empty.
 No cell holds a space, so splitting on whitespace is safe once the header's column names are known.
 
-GPU names are not in the text, so link rates come from `gpu_name` (hardware.py) and fall back to
-NVLink 4 and PCIe gen 4 when the part is unknown; the topology's `source` says which was assumed.
+GPU names are not in the matrix. They come from `gpu_name` (--gpu-name), else from other nvidia-smi
+output pasted along with it: `nvidia-smi -L` lines ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)"),
+`nvidia-smi -q`'s "Product Name" or the GPU rows of plain `nvidia-smi`. With no name, link rates fall
+back to NVLink 4 and PCIe gen 4, the GPUs are named `UNNAMED`, and the topology's `source` says what
+was assumed; predictions refuse such a topology (topology.load_topology).
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from topowise.topology.model import NVLINK, PCIE_KINDS, Gpu, Link, Nic, Topology
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _GPU = re.compile(r"GPU(\d+)$")
+# GPU names in other nvidia-smi output pasted along with the matrix: `-L`, `-q`, the plain table.
+_LIST_LINE = re.compile(r"^\s*GPU (\d+): (.+?)\s*\(UUID:")
+_QUERY_LINE = re.compile(r"^\s*Product Name\s*:\s*(.+?)\s*$")
+_TABLE_ROW = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s+\|")
+UNNAMED = "unknown"  # the GPU name when neither --gpu-name nor the text gives one
 _NV = re.compile(r"NV(\d+)$")
 # Words that start the trailing columns: "CPU Affinity", "NUMA Affinity", "GPU NUMA ID".
 _TRAILING_WORDS = {"CPU", "NUMA", "GPU"}
@@ -32,8 +40,13 @@ _ALIASES = {"SOC": "SYS"}
 MAX_NVLINKS_PER_GPU = 18
 
 
-def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str = "unknown") -> Topology:
-    """`nvidia-smi topo -m` output -> Topology. Bad text -> UsageError naming the line that broke."""
+def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = None) -> Topology:
+    """`nvidia-smi topo -m` output -> Topology. Bad text -> UsageError naming the line that broke.
+
+    gpu_name: the GPU model (--gpu-name), checked against hardware.py's table; None: read it from
+    `nvidia-smi -L`/`-q` output pasted along, else UNNAMED."""
+    if gpu_name is not None:
+        hardware.check_gpu_name(gpu_name)
     lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
     header_at = _header_line(lines)
     columns = _device_columns(lines[header_at].split(), header_at + 1)
@@ -66,8 +79,12 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str = "unknow
             numa[k] = _numa_affinity(row[1 + len(columns):])
     nic_names = _nic_legend(lines)
 
-    spec = hardware.gpu_spec(gpu_name)
+    names = dict.fromkeys(range(n_gpus), gpu_name) if gpu_name is not None else _gpu_names(lines, n_gpus)
     notes = [f"nvidia-smi topo -m text ({name})"]
+    if gpu_name is None and names:
+        notes.append("GPU model from the nvidia-smi output pasted with it")
+    names = {i: names.get(i, UNNAMED) for i in range(n_gpus)}
+    spec = hardware.gpu_spec(names[0]) if n_gpus else hardware.gpu_spec(UNNAMED)
     nvlink_gen = spec.nvlink_gen
     if not nvlink_gen:
         nvlink_gen = 4
@@ -86,7 +103,8 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str = "unknow
         gbps = hardware.NVLINK_GBPS_PER_LINK[nvlink_gen] * count if kind == NVLINK else hardware.pcie_gbps(pcie_gen)
         links.append(Link(a, b, kind, gbps, count))
 
-    gpus = tuple(Gpu(i, gpu_name, numa_node=numa[i], memory_bytes=spec.memory_bytes) for i in range(n_gpus))
+    gpus = tuple(Gpu(i, names[i], numa_node=numa[i], memory_bytes=hardware.gpu_spec(names[i]).memory_bytes)
+                 for i in range(n_gpus))
     nics = tuple(
         Nic(nic_names.get(col, col), nearest_gpus=_nearest_gpus([_cell_kind(cells[g][k])[0] for g in gpu_cols]))
         for k, col in enumerate(columns) if k >= n_gpus
@@ -110,16 +128,21 @@ def infer_nvswitch(links, n_gpus: int) -> bool:
 
 
 def _header_line(lines: list[str]) -> int:
-    """Index of the header: the first non-blank line; it must name GPU0 first."""
+    """Index of the header, the line that starts with GPU0: the first non-blank line, or a later one when
+    what comes before it is other nvidia-smi output that names the GPUs (`-L`, `-q`, plain `nvidia-smi`)."""
+    header = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
     for i, line in enumerate(lines):
         if not line.strip():
             continue
-        words = line.split()
-        if words[0] == "GPU0":
-            return i
+        if header is not None and (i == header or any(_names_a_gpu(l) for l in lines[:header])):
+            return header
         raise UsageError(f"line {i + 1}: expected the header of `nvidia-smi topo -m` (GPU0 GPU1 ... CPU Affinity), "
                          f"got {line.strip()[:60]!r}; give `nvidia-smi topo -m` text or `topowise topo --json` output")
     raise UsageError("no `nvidia-smi topo -m` header found")
+
+
+def _names_a_gpu(line: str) -> bool:
+    return bool(_LIST_LINE.match(line) or _TABLE_ROW.match(line) or _QUERY_LINE.match(line))
 
 
 def _device_columns(words: list[str], lineno: int) -> list[str]:
@@ -131,6 +154,27 @@ def _device_columns(words: list[str], lineno: int) -> list[str]:
     if len(set(columns)) != len(columns):
         raise UsageError(f"line {lineno}: a column name appears twice in {' '.join(columns)}")
     return columns
+
+
+def _gpu_names(lines: list[str], n_gpus: int) -> dict[int, str]:
+    """GPU index -> name from `nvidia-smi -L` lines, the rows of plain `nvidia-smi`, or `nvidia-smi -q`'s
+    "Product Name" lines (in GPU order); {} when the text holds none of them. One name listed stands
+    for every GPU."""
+    named: dict[int, str] = {}
+    in_order: list[str] = []
+    for line in lines:
+        m = _LIST_LINE.match(line) or _TABLE_ROW.match(line)
+        if m:
+            named.setdefault(int(m.group(1)), m.group(2).strip())
+            continue
+        m = _QUERY_LINE.match(line)
+        if m:
+            in_order.append(m.group(1))
+    if not named:
+        named = dict(enumerate(in_order))
+    if len(set(named.values())) == 1:
+        return dict.fromkeys(range(n_gpus), next(iter(named.values())))
+    return {i: v for i, v in named.items() if i < n_gpus}
 
 
 def _cell_kind(cell: str) -> tuple[str, int] | None:
