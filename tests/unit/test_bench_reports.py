@@ -215,3 +215,16 @@ def test_validate_check_exits_1_when_the_target_is_missed(tmp_path, capsys, chec
         assert err.startswith("topowise: the accuracy target is missed (step MAE <= 5%, step max <= 10%)")
     else:
         assert err == ""
+
+
+def test_calibrate_and_validate_measure_the_cpu_where_no_gpu_is_seen(monkeypatch, capsys):
+    """`topowise calibrate && topowise validate`, as the README chains them, runs on a machine without GPUs."""
+    from topowise.cli.calibrate import default_device_and_nproc
+    from topowise.costmodel import profile_store
+
+    monkeypatch.setattr(profile_store, "gpu_inventory", lambda: None)
+    assert default_device_and_nproc(None, None) == ("cpu", 2)
+    assert "--device cpu" in capsys.readouterr().err
+    assert default_device_and_nproc(None, 3) == ("cpu", 3)
+    with pytest.raises(UsageError, match="--device cuda"):
+        default_device_and_nproc("cuda", None)

@@ -33,8 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def default_device_and_nproc(device: str | None, nproc: int | None) -> tuple[str, int]:
-    """--device / --nproc defaults: cuda with every visible GPU when NVML sees some, else an error."""
+    """--device / --nproc defaults: cuda with every visible GPU when NVML sees some, else this CPU with
+    two gloo processes (said on stderr), as bench train does, so `calibrate && validate` runs anywhere."""
     import os
+    import sys
 
     from topowise.costmodel.profile_store import gpu_inventory
     from topowise.errors import UsageError
@@ -45,8 +47,8 @@ def default_device_and_nproc(device: str | None, nproc: int | None) -> tuple[str
     if inv is None:
         if device == "cuda":
             raise UsageError("--device cuda, but NVML sees no GPUs here: run on the GPU machine, or use --device cpu")
-        raise UsageError("no GPUs visible through NVML: run on the GPU machine, or pass --device cpu "
-                         "(a profile of this CPU, with gloo)")
+        sys.stderr.write("topowise: no GPUs visible through NVML: measuring this CPU with gloo (--device cpu)\n")
+        return "cpu", 2 if nproc is None else nproc
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     count = len([v for v in visible.split(",") if v.strip()]) if visible else inv[1]
     return "cuda", count if nproc is None else nproc
