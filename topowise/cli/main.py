@@ -14,7 +14,7 @@ import sys
 from topowise import __version__
 from topowise.errors import UsageError
 
-# verb -> (module under topowise.cli, one-line help). `bench` has sub-verbs of its own.
+# verb -> (module under topowise.cli, one-line help). `bench` and `monitor` have sub-verbs of their own.
 VERBS: dict[str, tuple[str, str]] = {
     "env": ("env", "print what a bug report needs: versions, GPUs, NCCL_* and CUDA_* variables"),
     "topo": ("topo", "show the GPU wiring: links, NVLink islands, bandwidth tiers, warnings"),
@@ -25,6 +25,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "calibrate": ("calibrate", "measure this machine and fit the cost model's parameters"),
     "validate": ("validate", "predicted vs measured on cases calibration did not use"),
     "launch": ("launch", "run a command under torchrun with a plan's placement and environment"),
+    "monitor": ("monitor", "summarize what StepMonitor wrote from your own training loop (monitor summarize)"),
 }
 
 

@@ -1,0 +1,192 @@
+"""`topowise monitor summarize RUN_DIR`, the part without torch: read what StepMonitor wrote
+(RUN_DIR/monitor.rank<R>.jsonl), per rank and per step: which rank was slow, which collective the
+others waited in, how often; a PNG of step time and wait per rank over the steps."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from topowise.errors import UsageError
+
+FILE = re.compile(r"monitor\.rank(\d+)\.jsonl$")
+
+
+@dataclass
+class RankStats:
+    rank: int
+    steps: int
+    median_step_s: float
+    p90_step_s: float
+    median_wait_s: float
+    max_wait_s: float
+    step_spikes: int
+    wait_spikes: int
+    slowest_at_spikes: int  # spike steps at which this rank was the one the others waited for
+    late_total_s: float  # over those steps, how late it was in all
+
+
+@dataclass
+class Summary:
+    run_dir: str
+    world_size: int
+    collective: str
+    predicted_step_s: float | None
+    ranks: list[RankStats]
+    spike_steps: list[dict]  # one per step where any rank flagged a spike: the step's cross-rank view
+    steps: list[dict] = field(default_factory=list)  # every step's cross-rank view
+
+    def to_dict(self) -> dict:
+        return {"run_dir": self.run_dir, "world_size": self.world_size, "collective": self.collective,
+                "predicted_step_s": self.predicted_step_s, "ranks": [vars(r) for r in self.ranks],
+                "spike_steps": self.spike_steps}
+
+
+def read_run(run_dir: str) -> dict[int, list[dict]]:
+    """rank -> its records ("start" first, then one "step" per step), from RUN_DIR/monitor.rank<R>.jsonl."""
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        raise UsageError(f"{run_dir}: no such folder (give the folder StepMonitor wrote, e.g. runs/exp1)")
+    files = {int(m.group(1)): p for p in folder.iterdir() if (m := FILE.match(p.name))}
+    if not files:
+        raise UsageError(f"{run_dir}: no monitor.rank<R>.jsonl files here (StepMonitor(RUN_DIR) writes them)")
+    out = {}
+    for rank, path in sorted(files.items()):
+        records = []
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number == len(path.read_text().splitlines()):
+                    continue  # a last line cut short by a killed run
+                raise UsageError(f"{path}: line {number} is not JSON") from None
+        out[rank] = records
+    return out
+
+
+def _num(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _p90(values: list[float]) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def summarize(run_dir: str) -> Summary:
+    by_rank = read_run(run_dir)
+    starts = {r: next((x for x in recs if x.get("kind") == "start"), {}) for r, recs in by_rank.items()}
+    steps = {r: [x for x in recs if x.get("kind") == "step"] for r, recs in by_rank.items()}
+    if not any(steps.values()):
+        raise UsageError(f"{run_dir}: the monitor files hold no steps yet")
+    first = next(iter(starts.values()))
+    world = max([int(s.get("world_size") or 0) for s in starts.values()] + [max(by_rank) + 1])
+    # the cross-rank view of a step is in every rank's line; take it from the lowest rank that has the step
+    view: dict[int, dict] = {}
+    flagged: dict[int, dict[int, dict]] = {}
+    for rank in sorted(steps):
+        for rec in steps[rank]:
+            view.setdefault(rec["step"], rec)
+            spike = rec.get("spike") or {}
+            if spike.get("step_time") or spike.get("wait"):
+                flagged.setdefault(rec["step"], {})[rank] = spike
+    spike_steps = []
+    slowest = Counter()
+    late = Counter()
+    for step in sorted(flagged):
+        rec = view[step]
+        waited = sorted(r for r, s in flagged[step].items() if s.get("wait"))
+        if waited:
+            slowest[rec["slowest_rank"]] += 1
+            late[rec["slowest_rank"]] += _num(rec.get("slow_by_s"))
+        spike_steps.append({"step": step, "slowest_rank": rec["slowest_rank"] if waited else None,
+                            "late_at": rec.get("late_at") if waited else None, "slow_by_s": rec.get("slow_by_s"),
+                            "waited": waited, "long_step": sorted(r for r, s in flagged[step].items()
+                                                                  if s.get("step_time")),
+                            "collective": rec.get("collective"), "step_times_s": rec.get("step_times_s"),
+                            "waits_s": rec.get("waits_s")})
+    ranks = []
+    for rank in range(world):
+        own = steps.get(rank, [])
+        judged = [r for r in own if r.get("judged", True)]
+        times = [_num(r["step_time_s"]) for r in judged if r.get("step_time_s") is not None]
+        waits = [_num(r["wait_s"]) for r in judged if r.get("wait_s") is not None]
+        ranks.append(RankStats(
+            rank=rank, steps=len(own),
+            median_step_s=statistics.median(times) if times else math.nan, p90_step_s=_p90(times),
+            median_wait_s=statistics.median(waits) if waits else math.nan, max_wait_s=max(waits, default=math.nan),
+            step_spikes=sum(1 for r in own if (r.get("spike") or {}).get("step_time")),
+            wait_spikes=sum(1 for r in own if (r.get("spike") or {}).get("wait")),
+            slowest_at_spikes=slowest[rank], late_total_s=late[rank]))
+    return Summary(run_dir=str(run_dir), world_size=world, collective=first.get("collective") or "the collectives",
+                   predicted_step_s=first.get("predicted_step_s"), ranks=ranks, spike_steps=spike_steps,
+                   steps=[view[s] for s in sorted(view)])
+
+
+def verdict(summary: Summary) -> list[str]:
+    """Prose under the tables: which rank is slow, where the others wait, how often."""
+    lines = []
+    judged = len(summary.steps)
+    waited = [s for s in summary.spike_steps if s["waited"]]
+    if not waited:
+        lines.append(f"No rank waited for another beyond the spike rule in {judged} steps.")
+    else:
+        worst = max(summary.ranks, key=lambda r: (r.late_total_s, r.slowest_at_spikes))
+        lines.append(f"Rank {worst.rank} is the slow one: the others waited for it in {summary.collective} at "
+                     f"{worst.slowest_at_spikes} of {len(waited)} wait spike steps ({worst.late_total_s * 1e3:.0f} ms "
+                     f"late in all), out of {judged} steps.")
+        others = [r for r in summary.ranks if r.slowest_at_spikes and r.rank != worst.rank]
+        if others:
+            lines.append("Also late at a spike: " + ", ".join(f"rank {r.rank} {r.slowest_at_spikes}x" for r in others)
+                         + ".")
+    long_only = [s for s in summary.spike_steps if not s["waited"]]
+    if long_only:
+        lines.append(f"{len(long_only)} step(s) were long on a rank with no rank waiting for another (compute, "
+                     f"the host, or the collective itself): steps {', '.join(str(s['step']) for s in long_only[:10])}"
+                     + (" ..." if len(long_only) > 10 else "") + ".")
+    if summary.predicted_step_s:
+        medians = [r.median_step_s for r in summary.ranks if not math.isnan(r.median_step_s)]
+        if medians:
+            measured = max(medians)
+            lines.append(f"Predicted step {summary.predicted_step_s * 1e3:.1f} ms, measured median "
+                         f"{measured * 1e3:.1f} ms ({100 * (measured / summary.predicted_step_s - 1):+.1f}%).")
+    return lines
+
+
+def plot(summary: Summary, path: str) -> str:
+    """Step time and wait of every rank over the steps, spikes marked, the prediction as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    steps = [s["step"] for s in summary.steps]
+    for rank in range(summary.world_size):
+        times = [_num((s.get("step_times_s") or [None] * summary.world_size)[rank]) * 1e3 for s in summary.steps]
+        waits = [_num((s.get("waits_s") or [None] * summary.world_size)[rank]) * 1e3 for s in summary.steps]
+        top.plot(steps, times, label=f"rank {rank}", lw=1)
+        bottom.plot(steps, waits, label=f"rank {rank}", lw=1)
+    if summary.predicted_step_s:
+        top.axhline(summary.predicted_step_s * 1e3, color="k", ls="--", lw=1, label="predicted")
+    for spike in summary.spike_steps:
+        for axis in (top, bottom):
+            axis.axvline(spike["step"], color="r", alpha=0.25, lw=2)
+    top.set_ylabel("step time (ms)")
+    bottom.set_ylabel(f"wait (ms)\nin {summary.collective}")
+    bottom.set_xlabel("step (red: a spike)")
+    top.set_title(f"{summary.run_dir}: {summary.world_size} ranks")
+    top.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
