@@ -38,15 +38,14 @@ for stage in "$@"; do
       T 150 env NCCL_MAX_NCHANNELS=4 python3 -m topowise bench train --nproc 2 --model qwen2.5-0.5b --strategies ddp,zero2,zero3 --micro-batch 2 --seq-len 4096 --steps 30 --out "$R/stall-4ch.jsonl" > "$R/stall-4ch.txt" 2>&1 ;;
     host)  # host-bound or GPU-bound? step floors at 128 tokens, a token sweep, AdamW and loss passes alone
       T 300 python3 benchmarks/host_bound.py --out-dir "$R/host" > "$R/host.txt" 2>&1 ;;
-    trace)  # where does a step's time go? profiler timelines per rank, read phase by phase (benchmarks/timeline.py)
+    trace)  # where does a step's time go? profiler timelines per rank, read phase by phase into DIR/<strategy>/breakdown.json and .png
       { command -v nsys; ls /usr/local/cuda/bin; } > "$R/tools.txt" 2>&1
       for c in "qwen2.5-0.5b zero3 2 4096" "qwen2.5-0.5b zero2 2 4096" "qwen2.5-0.5b ddp 2 4096" "qwen2.5-0.5b zero3 1 128" \
                "llama3.2-1b zero3 2 2048" "llama3.2-1b zero2 2 2048"; do set -- $c
         d="$R/trace-$1-$2-mb$3-seq$4"
         T 120 python3 -m topowise bench train --trace "$d" --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --out "$R/trace.jsonl" >> "$R/trace.txt" 2>&1
-        T 60 python3 benchmarks/timeline.py "$d"/rank*.trace.json.gz --json "$d/timeline.json" >> "$R/timeline.txt" 2>&1
-        mv -f "$d"/rank0.trace.json.gz "$OUT/trace-$1-$2-mb$3-seq$4.rank0.json.gz" 2>/dev/null  # rank 0 timeline beside the tarball
-        rm -f "$d"/rank*.trace.json.gz  # large; timeline.json keeps what was read from them
+        mv -f "$d/$2"/rank0.trace.json.gz "$OUT/trace-$1-$2-mb$3-seq$4.rank0.json.gz" 2>/dev/null  # rank 0 timeline beside the tarball
+        rm -f "$d"/*/rank*.trace.json.gz  # large; breakdown.json keeps what was read from them
       done ;;
     study)
       T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;

@@ -84,4 +84,10 @@ def train_expected(case: TrainCase, topology=None, profile: Profile | None = Non
     # torch.cuda.max_memory_allocated measures, so that is the one compared
     if pred.memory.allocated_bytes:
         predicted["allocated_bytes"] = pred.memory.allocated_bytes
+    # where the step goes, for bench train --trace's breakdown (predicted beside measured)
+    predicted["exposed_comm_s"] = pred.time.exposed_comm_s
+    predicted["host_wait_s"] = pred.time.host_wait_s
+    if pred.time.phases:
+        predicted["phases"] = {c.phase: {"gpu_s": c.gpu_s, "host_s": c.host_s, "exposed_comm_s": c.exposed_comm_s,
+                                         "host_wait_s": c.host_wait_s} for c in pred.time.phases}
     return Expected(predicted, flops)

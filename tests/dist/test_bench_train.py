@@ -88,15 +88,27 @@ def timeline_events(path):
 
 
 @pytest.mark.dist
-def test_trace_writes_each_ranks_table_and_timeline(tmp_path, capsys):
-    status, doc = run_json(["--strategies", "zero3", "--trace", str(tmp_path / "prof")], capsys)
-    assert status == 0 and doc["records"][0]["status"] == "ok"
+def test_trace_writes_each_ranks_table_timeline_and_a_host_only_breakdown(tmp_path, capsys):
+    status, doc = run_json(["--strategies", "zero3", "--trace", str(tmp_path / "prof"), "--steps", "3"], capsys)
+    record = doc["records"][0]
+    assert status == 0 and record["status"] == "ok"
+    folder = tmp_path / "prof" / "zero3"  # per strategy: strategies do not overwrite each other's files
+    assert record["trace_dir"] == str(folder)
     for rank in (0, 1):
-        table = (tmp_path / "prof" / f"rank{rank}.txt").read_text()
+        table = (folder / f"rank{rank}.txt").read_text()
         assert "Self CPU" in table and "FSDP::" in table  # FSDP2's hooks, timed on the host
-        trace = tmp_path / "prof" / f"rank{rank}.trace.json.gz"
+        trace = folder / f"rank{rank}.trace.json.gz"
         names = {e["name"] for e in timeline_events(trace)}
         assert {"topowise.forward", "topowise.backward", "topowise.optimizer", "topowise.step.0"} <= names
+    # the parent read the real CPU traces: host only (no CUDA kernels), the warm-up step left out
+    breakdown = json.loads((folder / "breakdown.json").read_text())
+    assert breakdown["mode"] == "host_only" and breakdown["ranks"].keys() == {"0", "1"}
+    for rank in breakdown["ranks"].values():
+        assert [s["step"] for s in rank["steps"]] == [1, 2, 3]
+        for s in rank["steps"]:
+            assert s["pieces_sum_s"] == pytest.approx(s["wall_s"]) and set(s["pieces"]) == {"host", "other"}
+            assert s["measured_s"] > 0 and abs(s["residual_pct"]) < 50  # the host's clock vs the named range
+    assert (folder / "breakdown.png").stat().st_size > 0
 
 
 def test_timed_steps_turn_automatic_gc_off_during_the_steps_only():

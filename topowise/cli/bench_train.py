@@ -44,8 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="deepspeed: zero1/zero2/zero3 through DeepSpeed (pip install 'topowise[deepspeed]')")
     parser.add_argument("--out", default=None, help="append one JSON line per strategy to this file")
     parser.add_argument("--trace", default=None, metavar="DIR",
-                        help="run the steps under torch.profiler: each rank's operator table (DIR/rank<R>.txt) and "
-                             "timeline (DIR/rank<R>.trace.json.gz); a diagnostic, it slows every step")
+                        help="run the steps under torch.profiler: per strategy and rank, the operator table "
+                             "(DIR/<strategy>/rank<R>.txt) and timeline (rank<R>.trace.json.gz, for Perfetto or "
+                             "TensorBoard), read into breakdown.json and breakdown.png (compute, exposed "
+                             "communication by collective, host wait per phase); nsys or nsys:DIR: the ranks under "
+                             "Nsight Systems instead; a diagnostic, it slows every step")
     parser.add_argument("--pin-cpus", action="store_true",
                         help="put every thread of each rank on its own equal slice of the CPUs")
     parser.add_argument("--json", action="store_true", help="print the records and the loss check as JSON")
@@ -128,6 +131,8 @@ def _run_with_progress(train, request, expect):
             else:
                 progress.advance(task)
                 progress.console.print(_one_line(record), highlight=False)
+                for line in trace_lines(record):
+                    progress.console.print(line, highlight=False, markup=False)
 
         records, agreement = train.bench_train(request, expect, on_event)
     print_tables(console, records)
@@ -140,6 +145,22 @@ def _run_with_progress(train, request, expect):
     if request.out:
         console.print(f"records appended to {request.out}", highlight=False)
     return records, agreement
+
+
+def trace_lines(record: dict) -> list[str]:
+    """Under --trace: the short table of the strategy's breakdown (or where nsys put its reports)."""
+    folder = record.get("trace_dir")
+    if not folder:
+        return []
+    from pathlib import Path
+
+    from topowise.measure.timeline import summary_lines
+
+    path = Path(folder) / "breakdown.json"
+    if not path.is_file():
+        reports = ", ".join(p.name for p in sorted(Path(folder).glob("*.nsys-rep")))
+        return [f"{record['strategy']}: nsys reports in {folder}: {reports}"] if reports else []
+    return [*summary_lines(json.loads(path.read_text())), f"  {path} and breakdown.png"]
 
 
 def _fabric_words(fabric: str, device: str) -> str:

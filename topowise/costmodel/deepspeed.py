@@ -245,5 +245,5 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
         base, step_time_s=step, tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
         time=replace(t, comm_s=sum(c.time_s for c in collectives), exposed_comm_s=exposed,
                      collectives=collectives, memory_bound_s=memory_bound_s, optimizer_s=optimizer_s,
-                     host_s=0.0, host_wait_s=0.0),
+                     host_s=0.0, host_wait_s=0.0, phases=()),
         memory=memory, fits=fits(memory, profile), mfu=model_flops / step)

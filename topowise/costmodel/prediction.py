@@ -10,6 +10,20 @@ from topowise.run import Run
 
 
 @dataclass(frozen=True)
+class PhaseCost:
+    """One phase of the predicted step (PyTorch engine): the GPU's work, the host's time to issue it,
+    of the GPU's work the exposed communication, and the GPU's wait for the host (max(host - gpu, 0))."""
+    phase: str
+    gpu_s: float
+    host_s: float
+    exposed_comm_s: float
+    host_wait_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class TimeBreakdown:
     compute_s: float
     comm_s: float  # all collectives, hidden or not
@@ -21,9 +35,13 @@ class TimeBreakdown:
     backward_s: float = 0.0
     host_s: float = 0.0  # host (Python) time to issue the step
     host_wait_s: float = 0.0  # of the step, time the GPU waits for the host (0: GPU-bound)
+    # per phase (forward, backward, optimizer) where the engine's formula has phases; not in to_dict,
+    # so predict --json stays as it was: bench train --trace reads it (topowise.expectations)
+    phases: tuple[PhaseCost, ...] = ()
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("phases")
         d["collectives"] = [c.to_dict() for c in self.collectives]
         return d
 

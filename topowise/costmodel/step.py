@@ -38,7 +38,7 @@ from topowise.costmodel.flops import (
     training_flops_per_token,
 )
 from topowise.costmodel.memory import activation_bytes_per_token_per_layer, estimate_memory, fits
-from topowise.costmodel.prediction import Prediction, TimeBreakdown
+from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
 from topowise.errors import UsageError
 from topowise.run import Run
@@ -116,6 +116,9 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     host = {p: profile.host_s(run.strategy, p) * model.num_layers for p in device}
     device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
     step = sum(max(host[p], device[p]) for p in device)
+    exposed_by_phase = {"forward": fwd_exposed, "backward": bwd_exposed, "optimizer": opt_exposed}
+    phases = tuple(PhaseCost(p, device[p], host[p], exposed_by_phase[p], max(host[p] - device[p], 0.0))
+                   for p in device)
 
     memory = estimate_memory(run, gpu_memory_bytes=topology.gpus[0].memory_bytes or topology.gpu_spec.memory_bytes,
                              profile=profile)
@@ -125,7 +128,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         run=run, topology=topology.name, step_time_s=step,
         tokens_per_s=per_gpu * run.num_gpus, tokens_per_s_per_gpu=per_gpu,
         time=TimeBreakdown(compute_s, comm_s, exposed, collectives, memory_bound_s, optimizer_s, forward_s, backward_s,
-                           host_s=sum(host.values()), host_wait_s=step - device_s),
+                           host_s=sum(host.values()), host_wait_s=step - device_s, phases=phases),
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topology.islands_spanned(run.gpus)),

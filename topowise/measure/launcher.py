@@ -60,22 +60,35 @@ def job_size() -> tuple[int, int] | None:
     return world, int(local)
 
 
-def torchrun_command(entry: str, config_path: str, nproc: int) -> list[str]:
-    """The command that starts `entry` on `nproc` local ranks (a pure function: tested)."""
+def torchrun_command(entry: str, config_path: str, nproc: int, wrap: list[str] | None = None) -> list[str]:
+    """The command that starts `entry` on `nproc` local ranks (a pure function: tested). `wrap`: a
+    command each rank runs under (`nsys profile ...`): torchrun then starts `WRAP python -m ...`."""
+    if wrap:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                "--no-python", *wrap, sys.executable, "-m", "topowise.measure.launcher", entry, config_path]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             "-m", "topowise.measure.launcher", entry, config_path]
 
 
+def nsys_command(output_base: str) -> list[str]:
+    """`nsys profile` for one rank, its report at OUTPUT_BASE<rank>.nsys-rep (nsys expands %q{RANK}):
+    CUDA, NVTX (the ranks emit torch's ranges as NVTX) and OS runtime calls, no CPU sampling."""
+    return ["nsys", "profile", "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+            "--force-overwrite=true", "-o", f"{output_base}%q{{RANK}}"]
+
+
 def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None = None,
            timeout_s: float | None = None, heartbeat: str | None = None, stderr_path: str | None = None,
-           log_path: str | None = None, on_wait: Callable[[], None] | None = None) -> int:
+           log_path: str | None = None, on_wait: Callable[[], None] | None = None,
+           wrap: list[str] | None = None) -> int:
     """Run `entry(config)` on every rank; returns the exit status (0 when all ranks succeeded).
 
     timeout_s bounds the whole run, or, with `heartbeat` (a file the ranks rewrite as they make
     progress), the time since that file last changed: a long sweep may run for as long as it keeps
     moving, a hung call ends. On timeout the ranks are stopped and TIMED_OUT (124) is returned.
     stderr_path receives the ranks' and torchrun's stderr instead of the terminal; log_path their
-    stdout and stderr both. on_wait is called about twice a second while the ranks run.
+    stdout and stderr both. on_wait is called about twice a second while the ranks run. wrap: a
+    command each rank runs under (nsys_command); ignored inside a job (the job started the ranks).
     """
     if in_job():
         if env:
@@ -95,7 +108,8 @@ def launch(entry: str, config: dict, *, nproc: int, env: dict[str, str] | None =
     err = open(stderr_path, "w") if stderr_path and not log else None
     try:
         outputs = {"stdout": log, "stderr": subprocess.STDOUT} if log else {"stderr": err}
-        return _run(torchrun_command(entry, config_path, nproc), child_env, timeout_s, heartbeat, on_wait, outputs)
+        command = torchrun_command(entry, config_path, nproc, wrap)
+        return _run(command, child_env, timeout_s, heartbeat, on_wait, outputs)
     finally:
         for fh in (log, err):
             if fh:

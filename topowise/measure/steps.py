@@ -49,12 +49,13 @@ def rank_main(config: dict) -> None:
     result_dir = Path(config["result_dir"])
     (result_dir / f"rank{rank.rank}.started").touch()  # joined the group: what follows is the case's doing
     try:
-        if case.run.engine == "deepspeed":
-            from topowise.measure.deepspeed_engine import train_deepspeed
+        with _nvtx(config.get("nvtx", False)):  # --trace nsys: torch's ranges (topowise.step.N, ...) as NVTX
+            if case.run.engine == "deepspeed":
+                from topowise.measure.deepspeed_engine import train_deepspeed
 
-            result = train_deepspeed(case, rank, config.get("trace"))
-        else:
-            result = train_pytorch(case, rank, config.get("trace"))
+                result = train_deepspeed(case, rank, config.get("trace"))
+            else:
+                result = train_pytorch(case, rank, config.get("trace"))
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then the run goes on
         failure = describe_failure(exc)
         _write_json(result_dir / f"rank{rank.rank}.failed.json", dict(failure, rank=rank.rank))
@@ -68,6 +69,15 @@ def rank_main(config: dict) -> None:
     if self_launched:
         destroy_process_group()
     _release_memory()
+
+
+def _nvtx(on: bool):
+    """torch's named ranges and operators as NVTX ranges, for Nsight Systems (`bench train --trace nsys`)."""
+    if not on:
+        return nullcontext()
+    import torch
+
+    return torch.autograd.profiler.emit_nvtx(record_shapes=False)
 
 
 def prepare_case(case: TrainCase, rank):
@@ -175,8 +185,8 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
 def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch):
     """`bench train --trace DIR` (a diagnostic): the steps under torch.profiler; each rank writes its
     operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)
-    and the timeline of host calls and GPU kernels to DIR/rank<R>.trace.json.gz
-    (benchmarks/timeline.py says, phase by phase, whether the GPU waited for the host or for NCCL)."""
+    and the timeline of host calls and GPU kernels to DIR/rank<R>.trace.json.gz (DIR is the
+    strategy's folder: the parent's topowise.measure.timeline reads it phase by phase)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     def annotated_step(step: int):

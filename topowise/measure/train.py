@@ -94,7 +94,8 @@ class TrainRequest:
     timeout_s: float
     out: str | None
     hsdp_note: str | None
-    trace: str | None = None  # the steps under torch.profiler, each rank's table and timeline in this folder
+    trace: str | None = None  # the steps under torch.profiler (or nsys): DIR/<strategy>/ per strategy
+    nsys: bool = False  # --trace nsys[:DIR]: the ranks run under `nsys profile` instead of torch.profiler
     pin_cpus: bool = False  # each rank's threads on its own slice of the CPUs
 
     @property
@@ -217,7 +218,32 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                       shard_group_size=shard if STRATEGIES[name].replicated else None, engine=engine),
                   steps=steps, warmup=warmup, device=device, seed=seed, lr=lr)
         for name in names)
-    return TrainRequest(cases, nproc, timeout_s, out, note, trace, pin_cpus)
+    trace, nsys = parse_trace(trace)
+    return TrainRequest(cases, nproc, timeout_s, out, note, trace, pin_cpus, nsys)
+
+
+NSYS_DEFAULT_DIR = "topowise-nsys"
+
+
+def parse_trace(trace: str | None) -> tuple[str | None, bool]:
+    """--trace DIR (torch.profiler) or nsys / nsys:DIR (Nsight Systems; default folder topowise-nsys):
+    (folder, under nsys). A UsageError when nsys is asked for and is not on PATH, or inside a job."""
+    import shutil
+
+    if not trace or not (trace == "nsys" or trace.startswith("nsys:")):
+        return trace, False
+    if shutil.which("nsys") is None:
+        raise UsageError("--trace nsys needs Nsight Systems' nsys on PATH, and there is none here: "
+                         "--trace DIR writes torch.profiler's timelines instead")
+    if launcher.in_job():
+        raise UsageError("--trace nsys starts the ranks under nsys itself; inside a torchrun/srun job, run the "
+                         "job under nsys, or use --trace DIR")
+    return trace.partition(":")[2] or NSYS_DEFAULT_DIR, True
+
+
+def trace_folder(request: TrainRequest, case: TrainCase) -> str | None:
+    """Where a strategy's rank files go: DIR/<strategy>, so strategies do not overwrite each other's."""
+    return str(Path(request.trace) / case.run.strategy) if request.trace else None
 
 
 def is_reporting_rank() -> bool:
@@ -252,6 +278,13 @@ def bench_train(request: TrainRequest, expect: Callable[[TrainCase], Expected] |
         if case.run.spec.replicated and request.hsdp_note:
             result = dict(result, note=request.hsdp_note)
         record = make_record(case, result, expect(case) if expect else Expected())
+        folder = trace_folder(request, case)
+        if folder and is_reporting_rank():
+            record["trace_dir"] = folder
+            if not request.nsys and record["status"] == "ok":
+                from topowise.measure.timeline import write_breakdown
+
+                write_breakdown(folder, record)  # DIR/<strategy>/breakdown.json and .png
         if request.out and is_reporting_rank():
             append_record(request.out, record)
         records.append(record)
@@ -264,8 +297,14 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
     """Launch one strategy on fresh processes (or run it in the job we are part of); the rank result."""
     with tempfile.TemporaryDirectory(prefix="topowise-train-") as tmp:
         tmp_path = Path(tmp)
+        folder = trace_folder(request, case)
         config = {"case": case.to_dict(), "result_dir": tmp, "timeout_s": request.timeout_s,
-                  "self_launched": not launcher.in_job(), "trace": request.trace, "pin_cpus": request.pin_cpus}
+                  "self_launched": not launcher.in_job(), "trace": None if request.nsys else folder,
+                  "nvtx": request.nsys, "pin_cpus": request.pin_cpus}
+        wrap = None
+        if request.nsys and folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            wrap = launcher.nsys_command(str(Path(folder) / "rank"))
         env = child_env(case.run.fabric)
         if launcher.in_job():  # this process is one rank: it reads what it wrote itself
             launcher.launch(entry, config, nproc=request.nproc, env=env)
@@ -277,7 +316,7 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
 
         def launch_once() -> int:
             return launcher.launch(entry, config, nproc=request.nproc, env=env, timeout_s=request.timeout_s,
-                                   log_path=str(log))
+                                   log_path=str(log), wrap=wrap)
 
         rc = launch_once()
         relaunched = rc not in (0, launcher.TIMED_OUT) and len(list(tmp_path.glob("rank*.started"))) < request.nproc
