@@ -70,3 +70,15 @@ def h200_validation_records() -> list[tuple]:
                       activation_checkpointing=rec["activation_checkpointing"])
             out.append((run, dict(rec["measured"], run=folder)))
     return out
+
+
+@pytest.fixture
+def plan_file(tmp_path, capsys):
+    """A plan saved by `topowise plan --save-plan` (llama3.2-1b on 2 GPUs of h100-nvl-8), for launch's tests."""
+    from topowise.cli.main import main
+
+    path = tmp_path / "plan.json"
+    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
+                 "--save-plan", str(path), "--json"]) == 0
+    capsys.readouterr()
+    return path

@@ -12,15 +12,6 @@ from topowise.cli.main import main
 pytest.importorskip("torch")
 
 
-@pytest.fixture
-def plan_file(tmp_path, capsys):
-    path = tmp_path / "plan.json"
-    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
-                 "--save-plan", str(path), "--json"]) == 0
-    capsys.readouterr()
-    return path
-
-
 def launch(plan_file, *command, env=None):
     return subprocess.run([sys.executable, "-m", "topowise", "launch", "--plan", str(plan_file), "--",
                            sys.executable, "-c", *command], capture_output=True, text=True, timeout=120,

@@ -11,15 +11,6 @@ from topowise.cli.main import main
 from topowise.measure.torchrun import failure_line, shell_status
 
 
-@pytest.fixture
-def plan_file(tmp_path, capsys):
-    path = tmp_path / "plan.json"
-    assert main(["plan", "--model", "llama3.2-1b", "--topology", "h100-nvl-8", "--num-gpus", "2",
-                 "--save-plan", str(path), "--json"]) == 0
-    capsys.readouterr()
-    return path
-
-
 def test_dry_run_prints_env_then_torchrun(plan_file, capsys):
     assert main(["launch", "--plan", str(plan_file), "--dry-run", "--",
                  "python", "-m", "my.train", "--tag", "a b"]) == 0

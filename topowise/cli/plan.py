@@ -7,6 +7,7 @@ import json
 import textwrap
 from pathlib import Path
 
+from topowise.cli.flags import add_model_arguments
 from topowise.errors import UsageError
 
 EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan")
@@ -22,13 +23,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
     parser.add_argument("--gpus", metavar="LIST", help="plan on exactly these GPUs, e.g. 0,1 or 0-3")
     parser.add_argument("--micro-batch", metavar="B", help="micro-batch per GPU (default: try 1, 2, 4, 8)")
     parser.add_argument("--seq-len", metavar="L", default="4096", help="sequence length (default 4096)")
-    parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
-                        help="pcie: as if NVLink were not there (exports set NCCL_P2P_DISABLE=1)")
-    parser.add_argument("--profile", metavar="FILE", help="a calibrated cost-model profile (topowise calibrate; "
-                        "default: the cached one of this machine, when the topology has its GPUs)")
-    parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
-    parser.add_argument("--engine", choices=("pytorch", "deepspeed"), default="pytorch",
-                        help="predict ZeRO as pytorch (FSDP2) or deepspeed runs it (default pytorch)")
+    add_model_arguments(parser, "pcie: as if NVLink were not there (exports set NCCL_P2P_DISABLE=1)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

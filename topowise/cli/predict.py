@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from topowise.cli.flags import add_model_arguments
 from topowise.units import GIB
 
 
@@ -21,15 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU per step (1)")
     parser.add_argument("--seq-len", type=int, default=4096, metavar="L", help="tokens per sequence (4096)")
     parser.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
-    parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
-                        help="pcie: predict as if NVLink were not there")
     parser.add_argument("--shard-group-size", type=int, metavar="G",
                         help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
-    parser.add_argument("--profile", metavar="FILE", help="a calibrated profile from `topowise calibrate` "
-                        "(default: the cached one of this machine, when the topology has its GPUs)")
-    parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
-    parser.add_argument("--engine", choices=("pytorch", "deepspeed"), default="pytorch",
-                        help="whose ZeRO: pytorch (DDP, ZeroRedundancyOptimizer, FSDP2) or deepspeed (default pytorch)")
+    add_model_arguments(parser, "pcie: predict as if NVLink were not there")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 

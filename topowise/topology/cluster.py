@@ -24,7 +24,7 @@ from pathlib import Path
 from topowise import hardware
 from topowise.errors import UsageError
 from topowise.topology.checks import warnings as node_warnings
-from topowise.topology.model import Gpu, Link, Nic, Topology, check_format
+from topowise.topology.model import Gpu, Link, Nic, Topology, check_format, selection_of
 from topowise.topology.presets import PRESETS, load_preset
 
 FORMAT = "topowise.cluster"
@@ -311,11 +311,8 @@ class Cluster:
 
     def selection(self, gpus: Iterable[int]) -> dict:
         chosen = tuple(gpus)
-        bottleneck = self.bottleneck_gbps(chosen)
         return {
-            "gpus": list(chosen),
-            "islands_spanned": [list(i) for i in self.islands_spanned(chosen)],
-            "bottleneck_gbps": None if bottleneck == float("inf") else bottleneck,
+            **selection_of(self, chosen),
             "nodes_spanned": list(self.nodes_spanned(chosen)),
             "network_gbps_per_gpu": self.network_gbps_per_gpu if len(self.nodes_spanned(chosen)) > 1 else None,
         }

@@ -263,13 +263,7 @@ class Topology:
         return (len(self.islands_spanned(subset)), -self.bottleneck_gbps(subset), len(numas), subset)
 
     def selection(self, gpus: Iterable[int]) -> dict:
-        chosen = tuple(gpus)
-        bottleneck = self.bottleneck_gbps(chosen)
-        return {
-            "gpus": list(chosen),
-            "islands_spanned": [list(i) for i in self.islands_spanned(chosen)],
-            "bottleneck_gbps": None if bottleneck == float("inf") else bottleneck,
-        }
+        return selection_of(self, tuple(gpus))
 
     # --- what-ifs ------------------------------------------------------------------------------
     def restricted_to(self, gpus: Iterable[int]) -> Topology:
@@ -322,6 +316,16 @@ class Topology:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def selection_of(topo: Wiring, chosen: tuple[int, ...]) -> dict:
+    """What `topo --gpus` reports of a choice on any wiring: its GPUs, the islands it spans, its ring's rate."""
+    bottleneck = topo.bottleneck_gbps(chosen)
+    return {
+        "gpus": list(chosen),
+        "islands_spanned": [list(i) for i in topo.islands_spanned(chosen)],
+        "bottleneck_gbps": None if bottleneck == float("inf") else bottleneck,
+    }
 
 
 def check_format(data: dict, fmt: str, version: int, where: str, what: str) -> None:
