@@ -48,7 +48,7 @@ for stage in "$@"; do
         rm -f "$d"/*/rank*.trace.json.gz  # large; breakdown.json keeps what was read from them
       done ;;
     study)
-      T 300 python3 -m topowise study --measure --out "$R/study" > "$R/study.txt" 2>&1 ;;
+      T 300 python3 -m topowise study --measure --trace --out "$R/study" > "$R/study.txt" 2>&1 ;;
     calibrate)
       T 240 python3 -m topowise calibrate --out "$R/profile.json" > "$R/calibrate.txt" 2>&1 ;;
     validate)  # PROFILE=path picks a profile calibrated in an earlier run

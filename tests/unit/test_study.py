@@ -179,6 +179,13 @@ def test_measured_columns_pair_bench_records_with_predictions(tmp_path, monkeypa
     run = st.measure_live(load_model("tiny"), topo, (0, 1), seq_len=256, micro_batch=1, steps=3,
                           out_jsonl=str(out), strategies=("ddp", "zero3", "zero1"))
     assert seen["args"][:2] == ["bench", "train"] and "--out" in seen["args"]
+    assert "--trace" not in seen["args"] and run.breakdowns == ()  # untraced unless asked (the profiler slows steps)
+    traced = st.measure_live(load_model("tiny"), topo, (0, 1), seq_len=256, micro_batch=1, steps=3,
+                             out_jsonl=str(out), strategies=("ddp", "zero3", "zero1"), trace_dir=str(tmp_path / "t"))
+    assert seen["args"][seen["args"].index("--trace") + 1] == str(tmp_path / "t") == traced.trace_dir
+    assert [b.strategy for b in traced.breakdowns] == ["ddp", "zero3", "zero1"]
+    assert all(b.status == "missing" for b in traced.breakdowns)  # the fake wrote no trace
+    assert "oom" in traced.breakdowns[1].note and "no breakdown.json" in traced.breakdowns[0].note
     rows = {r.strategy: r for r in run.rows}
     assert rows["ddp"].step_error_pct == pytest.approx(100 * (rows["ddp"].predicted_step_time_s - 0.5) / 0.5)
     assert rows["ddp"].memory_error_pct == pytest.approx(

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measure-model", default=MEASURE_MODEL,
                         help=f"model for --measure (default {MEASURE_MODEL}: every strategy fits)")
     parser.add_argument("--measure-steps", type=int, default=10, help="training steps per strategy for --measure")
+    parser.add_argument("--trace", action="store_true",
+                        help="with --measure: run the steps under the profiler and show where each measured step "
+                             "goes beside the prediction (the profiler slows the steps)")
     parser.add_argument("--json", action="store_true", help="print study.json to stdout instead of the summary")
 
 
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
         measured = st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
                                    micro_batch=args.micro_batch, steps=args.measure_steps,
-                                   out_jsonl=str(out_dir / "measured.jsonl"), profile=profile)
+                                   out_jsonl=str(out_dir / "measured.jsonl"), profile=profile,
+                                   trace_dir=str(out_dir / "trace") if args.trace else None)
         study = study.with_measured(measured)
     try:
         paths = write_report(study, out_dir, command=_command_line(args))
@@ -133,5 +137,5 @@ def _command_line(args: argparse.Namespace) -> str:
     if args.profile:
         words += ["--profile", args.profile]
     if args.measure:
-        words += ["--measure", "--measure-model", args.measure_model]
+        words += ["--measure", "--measure-model", args.measure_model] + (["--trace"] if args.trace else [])
     return " ".join(shlex.quote(w) for w in words)

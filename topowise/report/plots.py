@@ -28,6 +28,8 @@ def write_plots(study: Study, out_dir: str | Path) -> dict[str, Path]:
         "memory": plot_memory(study, out_dir / "memory.png"),
         "slowdown": plot_island_slowdown(study, out_dir / "slowdown.png"),
     }
+    if study.measured is not None:
+        paths["step_breakdown"] = plot_step_breakdown(study, out_dir / "step_breakdown.png")
     for t in study.topologies:
         paths[f"links_{t.label}"] = plot_link_matrix(study, t.label, out_dir / f"links_{_safe(t.label)}.png")
     return {k: v for k, v in paths.items() if v is not None}
@@ -213,6 +215,65 @@ def plot_link_matrix(study: Study, label: str, path: Path) -> Path:
     islands = ", ".join("{" + ",".join(map(str, isl)) + "}" for isl in t.islands if len(isl) > 1) or "none"
     ax.set_title(f"{label}: link GB/s per direction\nNVLink islands: {islands}", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="GB/s (same scale for every topology)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+PIECE_COLORS = {"compute": "#4c72b0", "exposed comm": "#c44e52", "host wait": "#dd8452", "other": "#bbbbbb"}
+
+
+def step_pieces(phase: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """(measured, predicted) pieces of one phase of a StepBreakdown, seconds; the prediction's compute
+    is its GPU time less its exposed communication (as breakdown.png draws it), None read as 0."""
+    measured = {"compute": phase["compute_s"], "exposed comm": phase["exposed_comm_s"],
+                "host wait": phase["host_wait_s"], "other": phase["other_s"]}
+    comm = phase.get("predicted_exposed_comm_s") or 0.0
+    predicted = {"compute": max(0.0, (phase.get("predicted_gpu_s") or 0.0) - comm), "exposed comm": comm,
+                 "host wait": phase.get("predicted_host_wait_s") or 0.0}
+    return measured, predicted
+
+
+def plot_step_breakdown(study: Study, path: Path) -> Path | None:
+    """One group per strategy with a GPU trace: per phase (F, B, O) the measured median step's pieces
+    stacked, beside the prediction's (hatched), in ms. None when no strategy has a breakdown."""
+    shown = [x for x in (study.measured.breakdowns if study.measured else ()) if x.ok]
+    if not shown:
+        return None
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    phases = list(shown[0].phases)
+    per_group = 2 * len(phases)
+    width = 0.84 / per_group
+    fig, ax = plt.subplots(figsize=(max(7.0, 2.6 * len(shown) + 3.5), 5))
+    for gi, x in enumerate(shown):
+        for pj, phase in enumerate(phases):
+            measured, predicted = step_pieces(x.phases[phase])
+            for k, (pieces, hatch) in enumerate(((measured, ""), (predicted, "///"))):
+                xpos = gi - 0.42 + width * (2 * pj + k + 0.5)
+                bottom = 0.0
+                for name, value in pieces.items():
+                    if value <= 0:
+                        continue
+                    ax.bar(xpos, 1e3 * value, width * 0.9, bottom=bottom, color=PIECE_COLORS[name], hatch=hatch,
+                           edgecolor="white" if hatch else None, linewidth=0)
+                    bottom += 1e3 * value
+                ax.text(xpos, bottom, phase[0].upper(), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(shown)))
+    ax.set_xticklabels([x.strategy for x in shown])
+    ax.set_xlim(-0.6, len(shown) - 0.4)
+    ax.set_ylabel("ms (median timed step)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    r = study.measured
+    ax.set_title(f"Where the measured step goes: {r.model} on {r.topology}, GPUs {','.join(map(str, r.gpus))}\n"
+                 "per phase (F, B, O: forward, backward, optimizer), measured beside predicted", fontsize=10)
+    handles = [Patch(facecolor=c) for c in PIECE_COLORS.values()]
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///"))
+    ax.legend(handles, [*PIECE_COLORS, "hatched: predicted"], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=9, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

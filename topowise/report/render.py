@@ -92,8 +92,66 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
                   [[x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
                     _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
                     _pct(x.memory_error_pct)] for x in r.rows]))
+        b += breakdown_blocks(study, plots)
     b.append(("p", "All numbers: study.json (every prediction's full breakdown, the findings)."))
     return b
+
+
+BREAKDOWN_HEADERS = ["phase", "measured compute ms", "measured exposed comm ms", "predicted exposed comm ms",
+                     "measured host wait ms", "predicted host wait ms"]
+
+
+def breakdown_blocks(study: Study, plots: dict[str, Path]) -> list[tuple]:
+    """Where the measured median step goes (bench train --trace), per strategy and phase, beside the
+    cost model's exposed communication and host wait; a strategy without a GPU trace gets one line."""
+    r = study.measured
+    if r is None or not r.breakdowns:
+        return []
+    b: list[tuple] = [("h2", "Where the measured step goes")]
+    b.append(("p", f"The median timed step of each strategy (the slowest rank's), read from `bench train --trace "
+                   f"{r.trace_dir}`'s timelines and split per phase into compute, exposed communication (NCCL "
+                   "running while no compute kernel does), host wait (the GPU idle until the next launch returns) "
+                   "and other; beside them the cost model's exposed communication and host wait for the same "
+                   "phase. The steps ran under the profiler: read the shares, not the step time."))
+    if "step_breakdown" in plots:
+        b.append(("img", plots["step_breakdown"], "measured median step per phase beside the prediction, "
+                                                  "per strategy (ms)"))
+    without = []
+    for x in r.breakdowns:
+        if not x.ok:
+            without.append(f"{x.strategy}: {x.note}")
+            continue
+        b.append(("h3", x.strategy))
+        rows = []
+        for phase, v in x.phases.items():
+            rows.append([phase, _ms2(v["compute_s"]), _ms2(v["exposed_comm_s"]), _ms2(v["predicted_exposed_comm_s"]),
+                         _ms2(v["host_wait_s"]), _ms2(v["predicted_host_wait_s"])])
+        total = {k: sum(v[k] for v in x.phases.values()) for k in ("compute_s", "exposed_comm_s", "host_wait_s")}
+        pred = {k: _sum_or_none(v[k] for v in x.phases.values())
+                for k in ("predicted_exposed_comm_s", "predicted_host_wait_s")}
+        rows.append(["step", _ms2(total["compute_s"]), _ms2(total["exposed_comm_s"]),
+                     _ms2(pred["predicted_exposed_comm_s"]), _ms2(total["host_wait_s"]),
+                     _ms2(pred["predicted_host_wait_s"])])
+        b.append(("table", BREAKDOWN_HEADERS, rows))
+        other = sum(v["other_s"] for v in x.phases.values())
+        comm = {}
+        for v in x.phases.values():
+            for op, s in v["exposed_comm_by_collective"].items():
+                comm[op] = comm.get(op, 0.0) + s
+        line = (f"Rank {x.rank}'s step {x.step}: {_ms2(x.window_s)} ms on the GPU timeline (other: {_ms2(other)} ms), "
+                f"{_ms2(x.measured_s)} ms measured, {_ms2(x.predicted_step_time_s)} ms predicted")
+        line += ("; exposed communication by collective: " + ", ".join(f"{op} {_ms2(s)} ms" for op, s in comm.items())
+                 if comm else "") + "."
+        b.append(("p", line))
+    if without:
+        b.append(("p", "No breakdown:" if len(without) < len(r.breakdowns) else "No breakdown for any strategy:"))
+        b.append(("ul", without))
+    return b
+
+
+def _sum_or_none(values):
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
 
 
 def recommendation_blocks(study: Study) -> list[tuple]:
@@ -152,6 +210,10 @@ def ddp_fsdp_blocks(study: Study) -> list[tuple]:
 
 def _ms(v):
     return "-" if v is None else f"{v * 1000:,.1f}"
+
+
+def _ms2(v):
+    return "-" if v is None else f"{v * 1000:,.2f}"
 
 
 def _gib(v):

@@ -25,6 +25,7 @@ from topowise.costmodel.predict import predict
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 from topowise.planner.search import plan
+from topowise.report.breakdown import StepBreakdown, read_breakdowns
 from topowise.run import STRATEGY_NAMES, Run, check_seq_len
 from topowise.topology import load_topologies
 from topowise.topology.model import Topology
@@ -167,16 +168,20 @@ class MeasuredRun:
     seq_len: int
     command: str
     rows: tuple[Measured, ...]
+    trace_dir: str = ""  # bench train --trace DIR: DIR/<strategy>/breakdown.json
+    breakdowns: tuple[StepBreakdown, ...] = ()  # per strategy: where the measured median step goes
 
     def to_dict(self) -> dict:
         return {"model": self.model, "topology": self.topology, "gpus": list(self.gpus),
                 "micro_batch": self.micro_batch, "seq_len": self.seq_len, "command": self.command,
-                "rows": [r.to_dict() for r in self.rows]}
+                "rows": [r.to_dict() for r in self.rows],
+                "trace_dir": self.trace_dir, "breakdowns": [b.to_dict() for b in self.breakdowns]}
 
     @classmethod
     def from_dict(cls, d: dict) -> MeasuredRun:
         return cls(d["model"], d["topology"], tuple(d["gpus"]), d["micro_batch"], d["seq_len"], d["command"],
-                   tuple(Measured.from_dict(r) for r in d["rows"]))
+                   tuple(Measured.from_dict(r) for r in d["rows"]), d.get("trace_dir", ""),
+                   tuple(StepBreakdown.from_dict(b) for b in d.get("breakdowns") or ()))
 
 
 @dataclass(frozen=True)
@@ -539,8 +544,10 @@ MEASURE_MODEL = "llama3.2-1b"  # small enough that every strategy fits on one 80
 
 def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq_len: int, micro_batch: int,
                  steps: int, out_jsonl: str, profile=None, strategies: tuple[str, ...] = STRATEGY_NAMES,
-                 timeout_s: float = 3600.0) -> MeasuredRun:
-    """Run `topowise bench train` in a subprocess on `gpus`, then pair each record with its prediction.
+                 timeout_s: float = 3600.0, trace_dir: str | None = None) -> MeasuredRun:
+    """Run `topowise bench train` in a subprocess on `gpus`, then pair each record with its prediction;
+    with trace_dir, the steps run under the profiler (`--trace`, which slows them) and where each
+    strategy's measured step goes is read from trace_dir/<strategy>/breakdown.json.
 
     A child process keeps torch out of this one and survives a crashed benchmark; the child gets
     this environment unchanged (NCCL_* settings included), with CUDA_VISIBLE_DEVICES narrowed to `gpus`.
@@ -550,11 +557,13 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
     args = ["bench", "train", "--nproc", str(len(gpus)), "--device", "cuda",
             "--model", model.name, "--strategies", ",".join(strategies), "--micro-batch", str(micro_batch),
             "--seq-len", str(seq_len), "--steps", str(steps), "--out", out_jsonl]
+    if trace_dir:
+        args += ["--trace", trace_dir]
     env = dict(os.environ)
     if tuple(gpus) != topo.indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     shown = (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if "CUDA_VISIBLE_DEVICES" in env
-             and tuple(gpus) != topo.indices else "") + "-m topowise " + " ".join(shlex.quote(a) for a in args)
+             and tuple(gpus) != topo.indices else "") + "python -m topowise " + " ".join(shlex.quote(a) for a in args)
     status = run_topowise(args, env=env, timeout_s=timeout_s)
     records = []
     if os.path.exists(out_jsonl):
@@ -563,10 +572,10 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
     records = [r for r in records if r.get("kind") == "train"]
     if not records:
         why = f"stopped after {timeout_s:g} s" if status == TIMED_OUT else f"exit status {status}"
-        raise UsageError(f"`python {shown}` wrote no train records ({why}); run it by hand to see why")
-    rows = []
+        raise UsageError(f"`{shown}` wrote no train records ({why}); run it by hand to see why")
+    rows, latest = [], {}
     for strategy in strategies:
-        rec = next((r for r in reversed(records) if r.get("strategy") == strategy), None)
+        rec = latest[strategy] = next((r for r in reversed(records) if r.get("strategy") == strategy), None)
         try:
             p = predict(Run(model, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len), topo, profile)
             # allocated bytes of a steady step: what max_memory_allocated over the timed steps measures
@@ -580,4 +589,5 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
         rows.append(Measured(strategy, str(rec.get("status")), rec.get("step_time_s") if ok else None,
                              (rec.get("steady_peak_memory_bytes") or rec.get("peak_memory_bytes")) if ok else None,
                              pred_t, pred_m))
-    return MeasuredRun(model.name, topo.name, tuple(gpus), micro_batch, seq_len, shown, tuple(rows))
+    return MeasuredRun(model.name, topo.name, tuple(gpus), micro_batch, seq_len, shown, tuple(rows), trace_dir or "",
+                       read_breakdowns(trace_dir, latest, strategies) if trace_dir else ())
