@@ -461,3 +461,76 @@ def test_comm_fit_uses_sizes_from_the_plan_minimum(topo):
     assert fit_comm(small + large, {"nvlink": ("NV", 478.125)})[0].points == len(small) + len(large)
 
 
+
+
+# --- replay of a config.json model's records (issue 16): the record's own shape, else its path ----------
+# big enough per block that the GPU, not the host, sets the step: the key/value heads show in the time
+SMALL_LLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 8,
+               "num_attention_heads": 32, "intermediate_size": 11008, "max_position_embeddings": 4096}
+
+
+def test_configs_sharing_a_folder_replay_each_with_its_own_shape(tmp_path, capsys):
+    from topowise.cli.main import main
+    from topowise.measure import train
+    from topowise.models.spec import load_model
+    from topowise.run import Run
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    configs = {"gqa": dict(SMALL_LLAMA, num_key_value_heads=8), "mha": SMALL_LLAMA}  # grouped-query, and not
+    for stem, cfg in configs.items():
+        (folder / f"{stem}.json").write_text(json.dumps(cfg))
+    profile = tmp_path / "profile.json"
+    profile.write_text(default_profile().to_json())
+    flags = ["--topology", "h200-x2", "--profile", str(profile), "--force-profile"]
+
+    def predicted_by_predict(path):
+        assert main(["predict", "--model", path, "--gpus", "0,1", "--strategy", "zero2", "--seq-len", "4096",
+                     *flags, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["step_time_s"]
+
+    expected, records = {}, []
+    for stem in configs:
+        path = str(folder / f"{stem}.json")
+        expected[load_model(path).name] = predicted_by_predict(path)
+        case = train.TrainCase(Run(load_model(path), (0, 1), "zero2", seq_len=4096), steps=6, warmup=3)
+        records.append(train.make_record(case, {"status": "ok", "step_time_s": 0.1, "step_times_s": [0.1] * 6,
+                                                "peak_memory_bytes": 2**30, "reserved_bytes": 2**30,
+                                                "gpu_name": "NVIDIA H200"}))
+    assert set(expected) == {"models/gqa", "models/mha"} and expected["models/gqa"] != expected["models/mha"]
+    assert records[0]["model_source"] == str((folder / "gqa.json").resolve())
+    assert records[0]["model_spec"]["num_kv_heads"] == 8 and records[1]["model_spec"]["num_kv_heads"] == 32
+
+    def replay(recs, name):
+        measured = tmp_path / f"{name}.jsonl"
+        measured.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        assert main(["validate", "--measured", str(measured), *flags, "--out", str(tmp_path / f"{name}-v.jsonl"),
+                     "--no-plot", "--json"]) == 0
+        return {c["model"]: c["predicted"]["step_time_s"] for c in json.loads(capsys.readouterr().out)["cases"]}
+
+    # without the shape in the record, the path it names is read again
+    assert replay([{k: v for k, v in r.items() if k != "model_spec"} for r in records], "by-path") == expected
+    # with it, the config may be gone
+    for stem in configs:
+        (folder / f"{stem}.json").unlink()
+    assert replay(records, "by-spec") == expected
+
+
+def test_a_record_without_the_model_fields_replays_its_preset(topo):
+    from topowise.calibrate.validate import compare
+    from topowise.costmodel.predict import predict
+    from topowise.measure.records import read_records
+    from topowise.models.spec import load_model
+    from topowise.run import Run
+    from topowise.topology.presets import load_preset
+
+    h200x2 = load_preset("h200-x2")
+    old = read_records("docs/results/2026-11-30-h200x2/run16/validate-records/train.jsonl", kind="train")[0]
+    assert "model_spec" not in old and "model_source" not in old
+    (row,) = compare([old], default_profile(), h200x2)
+    run = Run(load_model(old["model"]), (0, 1), old["strategy"], micro_batch=old["micro_batch"],
+              seq_len=old["seq_len"])
+    assert row.predicted_step_s == predict(run, h200x2, default_profile()).step_time_s
+    # a new record of the same run carries the same shape, and replays the same
+    new = dict(old, model_source=old["model"], model_spec=load_model(old["model"]).to_dict())
+    assert compare([new], default_profile(), h200x2)[0].predicted_step_s == row.predicted_step_s

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from topowise.errors import UsageError
-from topowise.models.spec import PRESETS, load_model, spec_from_hf_config
+from topowise.models.spec import PRESETS, ModelSpec, load_model, spec_from_hf_config
 
 # Published parameter counts (each model card / config on the Hugging Face hub).
 PUBLISHED = {
@@ -46,3 +46,31 @@ def test_hf_config_gpt2_and_qwen_bias():
 def test_unknown_model_is_usage_error():
     with pytest.raises(UsageError, match="unknown model"):
         load_model("no-such-model")
+
+
+# --- where a config came from: a name that tells configs apart, and the path (issue 16) --------------
+TINY_LLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 8,
+              "num_attention_heads": 16, "intermediate_size": 2816, "max_position_embeddings": 4096}
+
+
+def test_configs_in_one_folder_get_names_that_differ_and_keep_their_path(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "gqa.json").write_text(json.dumps(dict(TINY_LLAMA, num_key_value_heads=4)))
+    (folder / "mha.json").write_text(json.dumps(TINY_LLAMA))
+    (folder / "config.json").write_text(json.dumps(TINY_LLAMA))
+    gqa, mha = load_model(str(folder / "gqa.json")), load_model(str(folder / "mha.json"))
+    assert (gqa.name, mha.name) == ("models/gqa", "models/mha")
+    assert load_model(str(folder)).name == load_model(str(folder / "config.json")).name == "models"
+    assert gqa.source == str((folder / "gqa.json").resolve()) and gqa.reference == gqa.source
+    assert load_model(gqa.reference) == gqa  # the reference reads the same spec again
+    assert (gqa.num_kv_heads, mha.num_kv_heads) == (4, 16) and gqa.params < mha.params
+    # the shape travels with its source, and reads back whole
+    assert ModelSpec.from_dict(json.loads(json.dumps(gqa.to_dict()))).source == gqa.source
+
+
+def test_a_preset_has_no_source_and_its_dict_is_unchanged():
+    spec = PRESETS["llama3.2-1b"]
+    assert spec.source == "" and spec.reference == "llama3.2-1b"
+    assert "source" not in spec.to_dict()
+    assert ModelSpec.from_dict(spec.to_dict()) == spec  # and a dict without `source` (older ones) loads

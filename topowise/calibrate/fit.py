@@ -35,7 +35,8 @@ from topowise.calibrate.machine import link_class
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
-from topowise.models.spec import load_model
+from topowise.errors import UsageError
+from topowise.models.spec import ModelSpec, load_model
 from topowise.run import STEP_PHASES, STRATEGY_NAMES
 from topowise.units import GIB, KIB, MIB, busbw_factor
 
@@ -247,6 +248,10 @@ class Observation:
     step_spread: float = 0.0  # interquartile range / median of the timed steps (`step_spread`)
     host_phase_s: dict | None = None  # bench train's host seconds per phase (median of the timed steps)
     device: str = "cuda"
+    # what the run trained, where the record says (bench train's `model_spec`, `model_source`); older
+    # records name a preset only (`model`), which load_model reads again
+    model_source: str | None = None
+    model_spec: ModelSpec | None = None
 
     @property
     def case(self) -> Case:
@@ -271,6 +276,13 @@ def step_spread(times) -> float:
 
 def observation_from(r: dict) -> Observation:
     """One bench train record (kind "train") as an Observation; a failed run's step time is 0."""
+    spec = None
+    if r.get("model_spec") is not None:
+        try:
+            spec = ModelSpec.from_dict(r["model_spec"])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise UsageError(f"a {r.get('model')!r} record's model_spec is not a model shape topowise reads "
+                             f"({exc})") from None
     return Observation(
         model=r["model"], strategy=r["strategy"], micro_batch=int(r["micro_batch"]), seq_len=int(r["seq_len"]),
         fabric=r.get("fabric", "nvlink"), activation_checkpointing=bool(r.get("activation_checkpointing")),
@@ -279,7 +291,8 @@ def observation_from(r: dict) -> Observation:
         step_time_s=float(r.get("step_time_s") or 0.0),
         peak_allocated_bytes=r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes"),
         reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
-        host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"))
+        host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"),
+        model_source=r.get("model_source"), model_spec=spec)
 
 
 def observations_from(records: list[dict]) -> list[Observation]:
@@ -288,15 +301,30 @@ def observations_from(records: list[dict]) -> list[Observation]:
             if r.get("kind") == "train" and r.get("status") == "ok" and r.get("step_time_s")]
 
 
-def predictor(topo, model_loader: Callable | None = None) -> Callable:
-    """predict(profile, observation) -> Prediction on the measured GPUs of `topo` (models cached)."""
+def model_resolver(model_loader: Callable | None = None) -> Callable[[Observation], ModelSpec]:
+    """observation -> the ModelSpec it trained: the record's own shape (`model_spec`) where it has one,
+    else what its `model_source` (a config's path) or, in older records, its `model` (a preset) loads
+    (`model_loader`, default load_model; cached)."""
     load = model_loader or load_model
-    models: dict[str, object] = {}
+    models: dict[str, ModelSpec] = {}
+
+    def model_of(o: Observation) -> ModelSpec:
+        if o.model_spec is not None:
+            return o.model_spec
+        ref = o.model_source or o.model
+        if ref not in models:
+            models[ref] = load(ref)
+        return models[ref]
+
+    return model_of
+
+
+def predictor(topo, model_loader: Callable | None = None) -> Callable:
+    """predict(profile, observation) -> Prediction on the measured GPUs of `topo` (models: model_resolver)."""
+    model_of = model_resolver(model_loader)
 
     def predict_one(profile: Profile, o: Observation):
-        if o.model not in models:
-            models[o.model] = load(o.model)
-        run = o.case.run(models[o.model], topo.indices[:o.world_size], o.shard_group_size)
+        run = o.case.run(model_of(o), topo.indices[:o.world_size], o.shard_group_size)
         return predict(run, topo, profile)
 
     return predict_one
@@ -325,10 +353,13 @@ def host_bound_runs(profile: Profile, obs: list[Observation], predict_one: Calla
             and predict_one(device_only, o).step_time_s < HOST_BOUND_FRACTION * o.step_time_s]
 
 
-def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable, layers: Callable[[str], int],
-             where: str) -> tuple[Profile, list[Observation]]:
+def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
+             layers: Callable[[str], int] | None, where: str) -> tuple[Profile, list[Observation]]:
     """host_s_per_layer["strategy/phase"]: the median over host-bound runs of that strategy of bench
-    train's host seconds in the phase / the model's blocks. Returns the profile and the runs used."""
+    train's host seconds in the phase / the model's blocks (`layers(model name)`; None: the blocks of
+    the model predict_one predicts the run with). Returns the profile and the runs used."""
+    blocks = ((lambda o: layers(o.model)) if layers is not None
+              else (lambda o: predict_one(profile, o).run.model.num_layers))
     bound = host_bound_runs(profile, obs, predict_one)
     values, src = dict(profile.host_s_per_layer), dict(profile.sources)
     for strategy in STRATEGY_NAMES:
@@ -337,7 +368,7 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable, la
             continue
         names = ", ".join(f"{o.model} mb{o.micro_batch} seq{o.seq_len} {o.fabric}" for o in runs)
         for phase in STEP_PHASES:
-            per_layer = [o.host_phase_s[phase] / layers(o.model) for o in runs]
+            per_layer = [o.host_phase_s[phase] / blocks(o) for o in runs]
             values[f"{strategy}/{phase}"] = round(statistics.median(per_layer), 7)
             src[f"host_s_per_layer.{strategy}/{phase}"] = (
                 f"calibrated ({where}): median of bench train's host seconds in the {phase} per block over "
@@ -468,8 +499,7 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         fit_names += [f"overlap.{s}" for s in STRATEGY_NAMES]
     obs = observations_from(records)
     predict_one = predictor(topo, model_loader)
-    load = model_loader or load_model
-    profile, host_runs = fit_host(profile, obs, predict_one, lambda name: load(name).num_layers, where)
+    profile, host_runs = fit_host(profile, obs, predict_one, None, where)
     # a run the host dominates says little about the GPU's rates: the host term describes it
     device_obs = [o for o in obs if o not in host_runs
                   and predict_one(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]

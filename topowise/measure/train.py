@@ -401,6 +401,10 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
         "reserved_bytes": result.get("reserved_bytes") if ok else None,
         "step_times_s": result.get("step_times_s", []) if ok else [],
         "params": spec.params,
+        # what replay (validate --measured, calibrate --from-records) predicts this run with: the shape
+        # itself, so that a config.json may move; and where it came from (a preset's name or the path)
+        "model_source": spec.reference,
+        "model_spec": spec.to_dict(),
         "micro_batch": run.micro_batch,
         "seq_len": run.seq_len,
         "tokens_per_step_per_gpu": tokens,

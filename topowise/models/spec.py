@@ -8,7 +8,7 @@ and equals the count of the transformer that `bench train` builds from the same 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from topowise.errors import UsageError
@@ -30,6 +30,14 @@ class ModelSpec:
     # tokens per sequence the model was published for (max_position_embeddings, GPT-2's n_positions);
     # 0: not stated. Learned positions stop there; rotary ones can be stretched (run.check_seq_len).
     context_length: int = 0
+    # where the shape came from: "" for a preset (its name says it), else the config.json's resolved
+    # path. Provenance, not shape: two specs of one shape compare equal wherever they were read from.
+    source: str = field(default="", compare=False)
+
+    @property
+    def reference(self) -> str:
+        """What load_model takes to read this spec again: the preset's name, or the config's path."""
+        return self.source or self.name
 
     @property
     def head_dim(self) -> int:
@@ -65,7 +73,11 @@ class ModelSpec:
                 + self.lm_head_params)
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), params=self.params)
+        """The shape, with `params`; `source` only where there is one (a preset's dict is as it was)."""
+        data = dict(asdict(self), params=self.params)
+        if not self.source:
+            del data["source"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelSpec:
@@ -108,7 +120,19 @@ def load_model(name_or_path: str) -> ModelSpec:
         raise UsageError(f"{path}: not a readable JSON config ({exc})") from None
     if not isinstance(config, dict):
         raise UsageError(f"{path}: a Hugging Face config.json holds an object, not {type(config).__name__}")
-    return spec_from_hf_config(config, name=path.parent.name or path.stem, where=str(path))
+    spec = spec_from_hf_config(config, name=config_name(path), where=str(path))
+    return replace(spec, source=str(path.resolve()))
+
+
+def config_name(path: Path) -> str:
+    """A config's display name: its folder's (llama-8b/config.json: llama-8b), with the file's stem
+    where the file is not config.json, so that configs sharing a folder differ (models/gqa.json:
+    models/gqa). Records keep the path as well (ModelSpec.source): two folders of one name differ there."""
+    resolved = path.resolve()
+    folder = resolved.parent.name
+    if resolved.name == "config.json" and folder:
+        return folder
+    return f"{folder}/{resolved.stem}" if folder else resolved.stem
 
 
 def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = None) -> ModelSpec:
