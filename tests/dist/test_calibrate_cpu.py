@@ -56,7 +56,9 @@ def test_cpu_calibration_measures_fits_and_writes_a_profile(calibrated):
     for key in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):  # gloo: a host link, class PCIe
         assert profile["sources"][f"comm_efficiency.PCIe/{key}"].startswith("calibrated")
         assert profile["latency_s"][f"PCIe/{key}"] >= 0
-    assert profile["sources"]["compute_efficiency"].startswith("calibrated")
+    # fitted from the runs the host does not dominate; on a busy 2-core machine every tiny CPU step can be
+    # host-dominated, and then the source says the rate was not identified (the fit itself: test_calibrate_fit)
+    assert profile["sources"]["compute_efficiency"].startswith(("calibrated", "not identified"))
     assert profile["sources"]["overlap.zero3"].startswith(("calibrated", "not identified"))
     assert "no allocator statistics" in profile["sources"]["activation_scale"]  # CPU: nothing to fit
     # the cache copy, keyed by the fingerprint's hash
