@@ -22,25 +22,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from topowise.measure.strategies import make_optimizer
 from topowise.models.spec import load_model
 from topowise.models.transformer import build_model
 from topowise.monitor import StepMonitor
 
 
 def wrap(model, strategy, device, world):
-    if strategy == "ddp":  # as bench train runs it: 25 MB buckets, gradients as bucket views
-        from topowise.measure.strategies import apply_ddp
+    """As bench train runs it: DDP with 25 MB buckets and gradients as bucket views, or FSDP2 as zero3."""
+    from topowise.measure.strategies import apply_ddp, apply_fsdp
 
+    if strategy == "ddp":
         return apply_ddp(model, device_type=device.type)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (world,))
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in model.layers:
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
-    return model
+    return apply_fsdp(model, init_device_mesh(device.type, (world,)), reshard_after_forward=True)
 
 
 def main():
@@ -66,8 +62,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = load_model(args.model)
     model = wrap(build_model(spec, args.seq_len, device.type, seed=0), args.strategy, device, world)
-    fast = {"fused": True} if cuda else {"foreach": True}
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fast)
+    opt = make_optimizer(model.parameters(), lr=3e-4, weight_decay=0.1, device_type=device.type)
     g = torch.Generator().manual_seed(rank)
     tokens = torch.randint(0, spec.vocab_size, (4, args.micro_batch, args.seq_len + 1), generator=g).to(device)
     group = dist.new_group(backend="gloo") if world > 1 else None

@@ -39,7 +39,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PHASES = ("forward", "backward", "optimizer")
+from topowise.run import STEP_PHASES
+
+PHASES = STEP_PHASES  # the named ranges the ranks record (topowise.forward / backward / optimizer)
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 STEP = re.compile(r"^topowise\.step\.(\d+)$")

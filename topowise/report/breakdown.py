@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from topowise.measure.timeline import PHASES
+from topowise.run import STEP_PHASES as PHASES
 
 OK, HOST_ONLY, MISSING = "ok", "host_only", "missing"
 MEASURED_KEYS = ("compute_s", "exposed_comm_s", "host_wait_s", "other_s")
