@@ -1,4 +1,8 @@
-"""Predicted scale-out, 1 to 128 nodes: llama3.1-8b and llama3.1-70b on the cluster presets.
+"""Predicted scale-out, 1 to 128 nodes, and the four network questions: writes docs/multinode.md.
+
+Scale-out: llama3.1-8b and llama3.1-70b on the cluster presets. The four network questions
+(report/networks.py: InfiniBand against RoCE and Ethernet with prices, ZeRO-2 over Gigabit Ethernet,
+racks apart, regions with an encrypted WAN) for llama3.2-1b and llama3.1-8b, as the study answers them.
 
 These are predictions of topowise's cost model (costmodel/step.py for compute and memory,
 costmodel/network.py for collectives across nodes), not measurements. Per-GPU work is fixed
@@ -19,6 +23,8 @@ from topowise.costmodel import network
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import default_profile
 from topowise.models.spec import load_model
+from topowise.report import networks as questions
+from topowise.report.render import to_markdown
 from topowise.run import Run
 from topowise.topology.cluster import load_cluster
 
@@ -31,6 +37,7 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 SEQ_LEN = 4096
 MICRO_BATCH = 1
 TABLE_NODES = 4  # the per-strategy table
+QUESTION_MODELS = ("llama3.2-1b", "llama3.1-8b")  # the four network questions: two model sizes
 COMMAND = "python benchmarks/scaleout.py"
 
 
@@ -84,6 +91,60 @@ def traffic_gb(model, cluster, p) -> float:
     return t["bytes_per_gpu"] / 1e9
 
 
+def question_lines(profile) -> list[str]:
+    """The four network questions, answered as the study answers them (report/networks.py)."""
+    answers = questions.answer_all([load_model(m) for m in QUESTION_MODELS], seq_len=SEQ_LEN,
+                                   micro_batch=MICRO_BATCH, profile=profile)
+    return to_markdown(questions.blocks(answers)).rstrip("\n").splitlines()
+
+
+UNVALIDATED = [
+    "## What remains unvalidated, and why",
+    "",
+    "Nothing on this page ran on a cluster: the machines this project measures on are single hosts",
+    "(H200 GPUs in one box, no NICs between hosts), so no multi-node step time, no collective across",
+    "real NICs and no WAN has been measured here. What stands behind each part (the network model's own",
+    "list: [networks.md, \"What remains unvalidated\"](networks.md#what-remains-unvalidated-and-why)):",
+    "",
+    "- Network rates and latencies: published nccl-tests outputs and NCCL's own tuner constants",
+    "  ([networks.md](networks.md), [sources.md](sources.md)); `topowise nccl-tests` sets published outputs",
+    "  beside the model's expected bus bandwidth ([nccl-tests.md](nccl-tests.md)). A cluster's own",
+    "  `bench comm` run is the check.",
+    "- The socket transport (Ethernet without RoCE): NCCL's documented limits and published issue-thread",
+    "  measurements; loopback on one CPU host can exercise the code path, not a real NIC or switch.",
+    "- Distance between racks: fibre at 5 ns per metre and switch datasheet latencies, never timed here;",
+    "  the answer above is that microseconds per hop do not move a step of hundreds of milliseconds.",
+    "- Encryption: AES-GCM and ChaCha20 throughput per core is measured on the host by `topowise",
+    "  calibrate --only encryption` (docs/results/2026-12-01-cpu-encryption); the WAN itself (TCP over",
+    "  a long round trip, window limits, loss) is not modelled beyond its rate and one-way latency.",
+    "- Gradient accumulation across regions (the cross-region all-reduce once per k micro-batches, FSDP2",
+    "  `set_requires_all_reduce(False)` on the others) is arithmetic on the predicted step, not a run.",
+    "- Prices: public list prices on the dates in docs/sources.md; they change, and the network's",
+    "  switch port and cable are taken as costing as much as the NIC (an assumption, not a quote). Give",
+    "  your own with `--gpu-hour-usd` and `--network-node-hour-usd`.",
+    "- \"Practical\" in question 2 (the GPUs waiting on the network less than half the step) is a definition",
+    "  made here, not a published threshold.",
+]
+
+WHATIF_USAGE = [
+    "",
+    "What-if networks and prices (the same cluster shape and node preset, each network with its own NIC",
+    "count rule; the cost per million tokens from `topowise/prices.py` or your prices):",
+    "",
+    "    topowise plan --model llama3.1-8b --topology '4x hgx-h100-8+ib-ndr' \\",
+    "                  --network ib-ndr,roce-400,eth-100,eth-10 [--json]",
+    "    topowise predict --model llama3.1-8b --topology '4x hgx-h100-8+ib-ndr' --num-gpus 32 \\",
+    "                  --strategy zero2 --network ib-ndr,eth-100x8 --gpu-hour-usd 2.5 \\",
+    "                  --network-node-hour-usd ib-ndr=1.1,eth-100=0.2",
+    "    topowise study --topologies '4x hgx-h100-8+ib-ndr' --network ib-ndr,roce-400,eth-100",
+    "    topowise plan --model llama3.1-8b --topology two-region-h100 --wan-share 0.05",
+    "",
+    "Across regions the planner tries HSDP with one shard group per region beside FSDP and DDP across",
+    "the WAN, says in each plan's reasons what the WAN costs the step, and how many micro-batches per",
+    "optimizer step (the cross-region all-reduce once per k) bring the WAN's share under `--wan-share`.",
+]
+
+
 def render_markdown(results: dict, profile) -> str:
     lines = [
         "# Beyond one machine: predicted multi-node step times",
@@ -92,8 +153,9 @@ def render_markdown(results: dict, profile) -> str:
         f"They were made by `{COMMAND}` with the default profile (no calibration file). Compute and memory",
         "come from costmodel/step.py; collectives that cross nodes from costmodel/network.py (NCCL's own",
         "ring/tree latency-bandwidth model, tuning.cc of NCCL 2.20.3, with the bus bandwidth set by the",
-        "slower of the node's ring and the node's NICs). Network rates are hardware.NIC_GBPS (measured",
-        "busbw per NIC where published; docs/sources.md).",
+        "slower of the node's ring and the node's NICs). Network rates are hardware.NETWORKS (measured",
+        "busbw per NIC where published, NCCL's socket transport for Ethernet without RDMA; docs/networks.md,",
+        "docs/sources.md).",
         "",
         f"Per-GPU work is fixed: micro-batch {MICRO_BATCH} x {SEQ_LEN} tokens per GPU per step, so the global",
         "batch grows with the node count and a perfect network would keep tokens/s per GPU flat.",
@@ -114,6 +176,9 @@ def render_markdown(results: dict, profile) -> str:
         "         --rdzv-endpoint $HEAD:29500 -m topowise bench comm   # inside a job: joins it",
         "    NCCL_ALGO=Tree srun ... -m topowise bench comm           # the same, on NCCL's tree",
         "    topowise bench comm --algo ring,tree                      # one node: both, records labelled",
+        *WHATIF_USAGE,
+        "",
+        *question_lines(profile),
         "",
         "## Cluster presets",
         "",
@@ -231,10 +296,12 @@ def render_markdown(results: dict, profile) -> str:
               "for ring, logarithmic in N for tree. All-gather and reduce-scatter are rings only. Groups",
               "inside one node use costmodel/comm.py (calibrated on this project's H200 measurements).", "",
               "![predicted scale-out](results/scaleout.png)", "",
-              "What the model leaves out: in-network reduction (SHARP/NVLS, CollNet), congestion and",
-              "oversubscription above the leaf switches, stragglers, and pipeline or tensor parallelism (a",
-              "70B model across many nodes is usually trained with them). Calibrate on a real cluster with",
-              "`topowise bench comm` inside an srun or torchrun job and trust the measurement over this page.", ""]
+              "What the model leaves out: in-network reduction across nodes (InfiniBand SHARP, CollNet),",
+              "congestion and oversubscription above the leaf switches, stragglers, and pipeline or tensor",
+              "parallelism (a 70B model across many nodes is usually trained with them). Calibrate on a real",
+              "cluster with",
+              "`topowise bench comm` inside an srun or torchrun job and trust the measurement over this page.", "",
+              *UNVALIDATED, ""]
     return "\n".join(lines)
 
 

@@ -6,7 +6,16 @@ ParallelDims checks its degrees). What needs the wiring (which GPUs exist, the H
 NVLink island suggests) is settled by `place(run, topology)`.
 
     Run(model, gpus, strategy, micro_batch, seq_len, activation_checkpointing, compile, fabric,
-        shard_group_size, engine)
+        shard_group_size, engine, checkpointing, selective_ac_option)
+
+Activation checkpointing has torchtitan's three modes (its `activation_checkpoint.mode`):
+"none"; "full", every block recomputed in the backward; "selective", with `selective_ac_option`
+"op" (per op, inside every block: the outputs of the matmuls and of attention are kept, every
+second matmul and the cheap ops are recomputed; torchtitan's policy) or an integer k (every k-th
+block fully recomputed, the others keep everything). `activation_checkpointing` is kept for the
+callers and JSON keys that predate the modes: True when anything is recomputed (selective or full);
+given as True it means "full", and a mode's name ("selective") is taken too. The DeepSpeed engine's
+cost model (costmodel/deepspeed.py) predicts a selective run as a full one.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ STRATEGY_NAMES = tuple(STRATEGIES)
 ALIASES = {"fsdp": "zero3"}
 FABRICS = ("nvlink", "pcie")  # pcie: as if NVLink were not there
 ENGINES = ("pytorch", "deepspeed")
+CHECKPOINTING = ("none", "selective", "full")  # torchtitan's activation_checkpoint.mode values
 # The phases of a training step the cost model and bench train's host timing both split a step into
 STEP_PHASES = ("forward", "backward", "optimizer")
 
@@ -110,6 +120,27 @@ def check_seq_len(model: ModelSpec, seq_len: int) -> None:
                          "tokens: its rotary positions are stretched beyond what it was trained on\n")
 
 
+def normalize_checkpointing(mode, option="op") -> tuple[str, str]:
+    """(mode, selective option) checked: mode one of CHECKPOINTING, option "op" or a positive integer
+    (every k-th block; 1 is "full"). The option is "op" for the modes that take none."""
+    mode = str(mode).strip().lower()
+    if mode not in CHECKPOINTING:
+        raise UsageError(f"unknown activation checkpointing mode {mode!r}; valid: {', '.join(CHECKPOINTING)}")
+    option = str(option).strip().lower()
+    if option != "op":
+        try:
+            every = int(option)
+        except ValueError:
+            every = 0
+        if every < 1:
+            raise UsageError(f"selective checkpointing option {option!r}: give \"op\" (per op) or a positive "
+                             "integer k (every k-th block)")
+        option = str(every)
+        if mode == "selective" and every == 1:  # every block: the same as full
+            mode = "full"
+    return mode, (option if mode == "selective" else "op")
+
+
 def check_shard_group_size(size: int, num_gpus: int) -> None:
     if size < 1 or num_gpus % size:
         divisors = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0]
@@ -127,16 +158,19 @@ class Run:
     strategy: str
     micro_batch: int = 1
     seq_len: int = 4096
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = False  # True when checkpointing is selective or full (input: also a mode)
     compile: bool = False
     fabric: str = "nvlink"
     shard_group_size: int | None = None  # hsdp only; None until place() gives the island's size
     engine: str = "pytorch"
+    checkpointing: str = "none"  # none | selective | full (see the module docstring)
+    selective_ac_option: str = "op"  # selective: "op" (per op) or k (every k-th block)
 
     def __post_init__(self) -> None:
         # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
         object.__setattr__(self, "strategy", normalize_strategy(self.strategy))
         object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
+        self._settle_checkpointing()
         if self.micro_batch < 1:
             raise UsageError(f"micro-batch must be a positive number of sequences, not {self.micro_batch}")
         if self.seq_len < 1:
@@ -157,6 +191,32 @@ class Run:
             if not self.spec.replicated:
                 raise UsageError(f"a shard group size applies to hsdp, not {self.strategy}")
             check_shard_group_size(self.shard_group_size, self.num_gpus)
+
+    def _settle_checkpointing(self) -> None:
+        """checkpointing from the legacy flag (True: full; a mode's name: that mode), then the flag from it."""
+        mode, legacy = str(self.checkpointing).strip().lower(), self.activation_checkpointing
+        if isinstance(legacy, str):  # a mode's name
+            legacy = legacy.strip().lower()
+            if mode not in ("none", legacy):
+                raise UsageError(f"activation checkpointing asked for as both {legacy!r} and {mode!r}: give one mode")
+            mode = legacy
+        elif legacy and mode == "none":  # True, from callers and JSON that predate the modes
+            mode = "full"
+        mode, option = normalize_checkpointing(mode, self.selective_ac_option)
+        object.__setattr__(self, "checkpointing", mode)
+        object.__setattr__(self, "selective_ac_option", option)
+        object.__setattr__(self, "activation_checkpointing", mode != "none")
+
+    @property
+    def checkpoint_words(self) -> str:
+        """The mode for people: "none", "full", "selective (per op)", "selective (every 2nd block)"."""
+        if self.checkpointing != "selective":
+            return self.checkpointing
+        if self.selective_ac_option == "op":
+            return "selective (per op)"
+        k = int(self.selective_ac_option)
+        nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
+        return f"selective (every {nth} block)"
 
     @property
     def spec(self) -> Strategy:

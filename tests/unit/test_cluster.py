@@ -188,13 +188,14 @@ def test_cluster_report_tiers_share_warnings_and_selection():
 
     c = load_cluster("4x pcie-l40s-8+eth-100")
     r = cluster_report(c, [0, 1, 8, 9], environ={})
-    assert r["network_gbps_per_gpu"] == pytest.approx(1.5)
+    share = hardware.NIC_GBPS["eth-100"] / 8  # one 100G port (TCP sockets) per node of 8 GPUs
+    assert r["network_gbps_per_gpu"] == pytest.approx(share)
     assert [t["tier"] for t in r["tiers"]] == ["PCIe", "network"]
     assert any("network's pace" in w for w in r["warnings"])
     assert any("share NICs" in w for w in r["warnings"])
     sel = r["selection"]
     assert sel["nodes_spanned"] == [0, 1] and sel["gpus_per_node"] == {"0": 2, "1": 2}
-    assert sel["bottleneck_gbps"] == pytest.approx(2 * 1.5)  # two GPUs' shares of the NIC
+    assert sel["bottleneck_gbps"] == pytest.approx(2 * share)  # two GPUs' shares of the NIC
     assert sel["best_subset_nodes"] == [0]
     assert Cluster.from_dict(r) == c  # the report reads back as the cluster (`topo --json` then `--file`)
     fast = cluster_report(load_cluster("2x hgx-h100-8+ib-ndr"), environ={})

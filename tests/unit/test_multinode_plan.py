@@ -5,6 +5,7 @@ import shlex
 
 import pytest
 
+from topowise import hardware
 from topowise.cli.main import main
 from topowise.costmodel.predict import predict
 from topowise.errors import UsageError
@@ -104,7 +105,7 @@ def test_torchrun_export_one_line_per_node_and_launch_refuses():
 def test_topo_cli_shows_cluster_tiers(capsys):
     assert main(["topo", "--preset", "4x pcie-l40s-8+eth-100", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["network_gbps_per_gpu"] == 1.5
+    assert report["network_gbps_per_gpu"] == pytest.approx(hardware.NIC_GBPS["eth-100"] / 8)
     assert [t["tier"] for t in report["tiers"]] == ["PCIe", "network"]
     assert main(["topo", "--preset", "2x hgx-h100-8+ib-ndr"]) == 0
     out = capsys.readouterr().out

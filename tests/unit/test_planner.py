@@ -49,7 +49,7 @@ def test_hsdp_shard_sizes_divide_the_count():
 def test_candidates_cover_the_grid_with_micro_batches_ascending():
     cands = enumerate_candidates(NVL, num_gpus=2, micro_batches=(4, 1))
     assert {c.micro_batch for c in cands} == {1, 4}
-    assert {c.activation_checkpointing for c in cands} == {False, True}
+    assert {c.activation_checkpointing for c in cands} == {False, "selective", True}  # none, selective, full
     assert {c.strategy for c in cands} == {"ddp", "zero1", "zero2", "zero3"}
     assert {c.gpus for c in cands} == {(0, 1), (0, 2)}
     for a, b in zip(cands, cands[1:]):
@@ -93,8 +93,8 @@ def test_infeasible_reason_states_the_memory():
 def test_micro_batch_pruning_stops_at_the_first_miss():
     result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2)
     for miss in result.infeasible:
-        bigger = [p for p in result.ranked if (p.strategy, p.gpus, p.shard_group_size, p.activation_checkpointing)
-                  == (miss.strategy, miss.gpus, miss.shard_group_size, miss.activation_checkpointing)
+        bigger = [p for p in result.ranked if (p.strategy, p.gpus, p.shard_group_size, p.checkpointing)
+                  == (miss.strategy, miss.gpus, miss.shard_group_size, miss.checkpointing)
                   and p.micro_batch > miss.micro_batch]
         assert not bigger
 

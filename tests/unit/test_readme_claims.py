@@ -92,7 +92,10 @@ def test_every_row_of_the_table_is_replayed_or_said_why_not(table):
 
 
 @pytest.mark.parametrize("row", list(ROWS), ids=["refit3-run2-8192", "run16", "run16-gpu", "run16-host", "run17"])
-def test_readme_accuracy_row_holds(table, row):
+def test_readme_accuracy_row_holds(table, row, monkeypatch):
+    from earlier_model import predict_earlier_model
+
+    predict_earlier_model(monkeypatch)  # these records were measured with the earlier bench transformer
     assert row in table, f"README.md's accuracy table has no row {row!r} any more"
     records, profile, topology, groups = ROWS[row]
     cases, step_cell, memory_cell = table[row]

@@ -36,7 +36,8 @@ def study_8b():
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    rc = main(["study", "--model", "tiny", "--topologies", ",".join(TWO), "--out", str(out), "--seq-len", "256"])
+    rc = main(["study", "--model", "tiny", "--topologies", ",".join(TWO), "--out", str(out), "--seq-len", "256",
+               "--no-network-questions"])
     assert rc == 0
     return out
 

@@ -205,7 +205,8 @@ def test_study_measure_end_to_end_writes_the_section(tmp_path, monkeypatch):
     monkeypatch.setattr(st, "discover_live", lambda: load_preset("h200-x2"))
     monkeypatch.setattr(launcher, "run_topowise", fake_bench(out / "measured.jsonl", seen))
     assert main(["study", "--model", "tiny", "--topologies", "h200-x2", "--seq-len", "256", "--num-gpus", "1",
-                 "--measure", "--trace", "--measure-model", "llama3.2-1b", "--out", str(out)]) == 0
+                 "--measure", "--trace", "--measure-model", "llama3.2-1b", "--out", str(out),
+                 "--no-network-questions"]) == 0
     assert seen["args"][seen["args"].index("--trace") + 1] == str(out / "trace")
     data = json.loads((out / "study.json").read_text())
     status = {b["strategy"]: b["status"] for b in data["measured"]["breakdowns"]}
@@ -216,6 +217,6 @@ def test_study_measure_end_to_end_writes_the_section(tmp_path, monkeypatch):
     untraced = tmp_path / "untraced"
     monkeypatch.setattr(launcher, "run_topowise", fake_bench(untraced / "measured.jsonl", seen))
     assert main(["study", "--model", "tiny", "--topologies", "h200-x2", "--seq-len", "256", "--num-gpus", "1",
-                 "--measure", "--measure-model", "llama3.2-1b", "--out", str(untraced)]) == 0
+                 "--measure", "--measure-model", "llama3.2-1b", "--out", str(untraced), "--no-network-questions"]) == 0
     assert "--trace" not in seen["args"]
     assert "## Where the measured step goes" not in (untraced / "report.md").read_text()

@@ -107,6 +107,13 @@ def test_list_presets(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(l.startswith("hgx-h100-8 ") and "NVSwitch" in l for l in lines)
     assert len(lines) >= 6
+    # the named clusters too, each loadable by the name listed
+    from topowise.topology import load_topology
+    from topowise.topology.cluster import CLUSTER_PRESETS
+
+    for name in CLUSTER_PRESETS:
+        assert any(l.startswith(f"{name} ") for l in lines)
+        assert load_topology(name).num_nodes > 1
 
 
 def test_live_discovery_with_fake_nvml(capsys, monkeypatch):

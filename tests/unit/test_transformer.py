@@ -59,7 +59,9 @@ def test_grouped_query_matches_full_heads_with_shared_kv():
     x = torch.randn(1, 8, 64)
     cos, sin = model.rope_cos, model.rope_sin
     with torch.no_grad():
-        out = attn(x, cos, sin)
+        from topowise.models.transformer import rolled_sin
+
+        out = attn(x, cos, rolled_sin(sin))  # the blocks take sin rolled, rotate-half's sign folded in
         q, k, v = attn.qkv(x).split([64, 32, 32], dim=-1)
         q = q.view(1, 8, 4, 16).transpose(1, 2)
         k = k.view(1, 8, 2, 16).transpose(1, 2)

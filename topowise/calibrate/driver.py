@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from topowise.calibrate.cases import Plan, calibration_plan
-from topowise.calibrate.fit import fit_profile, observations_from
+from topowise.calibrate.crypto import measure_encryption
+from topowise.calibrate.fit import NVLS_ENV, fit_profile, nvls_as_run, observations_from
 from topowise.calibrate.launch import META_FILE, RECORD_FILES, measure, read_records_dir
 from topowise.calibrate.machine import live_topology
 from topowise.calibrate.validate import compare
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.profile_store import cache_path, fingerprint_text, machine_fingerprint, parse_fingerprint
 from topowise.errors import UsageError
+from topowise.measure.records import append_record
 from topowise.topology.model import Topology
 
 
@@ -90,9 +93,16 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
         plan = plan or calibration_plan(device)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {"fingerprint": fp_text, "topology": topo.to_dict(), "device": device, "nproc": nproc,
-                "plan": plan.to_dict(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "plan": plan.to_dict(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "env": {NVLS_ENV: os.environ.get(NVLS_ENV)}}
         (folder / META_FILE).write_text(json.dumps(meta, indent=2))
         problems = measure(plan, nproc, folder, timeout_s=timeout_s, progress=progress, topology=topo)
+        # after the ranks have exited, so the one thread timed has its core to itself
+        try:
+            for rec in measure_encryption():
+                append_record(folder / RECORD_FILES["encryption"], rec)
+        except UsageError as exc:  # a source tree run without the package: keep the default rates
+            problems.append(f"{exc}; the profile keeps the default encryption rates")
         meta["measure_s"] = round(time.monotonic() - started, 1)
         meta["problems"] = problems
         (folder / META_FILE).write_text(json.dumps(meta, indent=2))
@@ -102,6 +112,7 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     where = f"{parse_fingerprint(fp_text).get('name', '?')}, {meta.get('started', '')[:10]}"
     min_bytes = int((meta.get("plan") or {}).get("fit_min_bytes", 0))
     profile, report = fit_profile(recs, topo, fp_text, where=where, fit_names=fit_names, comm_min_bytes=min_bytes)
+    profile = nvls_as_run(profile, (meta.get("env") or {}).get(NVLS_ENV), where)
     report["measure_s"] = meta.get("measure_s")
     report["problems"] = meta.get("problems", [])
     report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]
@@ -117,3 +128,47 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     main_path = target or cached
     return Calibration(profile, str(main_path) if main_path else "", str(cached) if cached else None, str(folder),
                        report, None if from_records else round(time.monotonic() - started, 1))
+
+
+@dataclass(frozen=True)
+class EncryptionCalibration:
+    records: list
+    profile: Profile
+    profile_path: str  # "" when no profile was written
+    base: str  # what the rates were added to: the --out file, the cached profile, or the defaults
+
+    def to_dict(self) -> dict:
+        return {"encryption": self.records, "encryption_gbps_per_core": self.profile.encryption_gbps_per_core,
+                "profile_path": self.profile_path, "base": self.base, "profile": self.profile.to_dict()}
+
+
+def calibrate_encryption(*, out: str | None, records: str | None, use_cache: bool = True) -> EncryptionCalibration:
+    """Measure only the host's encryption rate per core (no torch, no GPU) and add it to a profile:
+    the one at `out` when that file exists, else this machine's cached profile, else the defaults.
+    Written to `out` (when given) and back to the cache entry it came from (unless use_cache is False)."""
+    from topowise.calibrate.crypto import apply_encryption
+    from topowise.costmodel.profile import default_profile, load_profile
+    from topowise.costmodel.profile_store import find_cached_profile
+
+    target = Path(out) if out else None
+    cached = find_cached_profile() if use_cache else None
+    if target is not None and target.is_file():
+        base, base_name, cache_target = load_profile(target), str(target), None
+    elif cached is not None:
+        base, base_name, cache_target = cached[0], f"the cached profile {cached[1]}", cached[1]
+    else:
+        base, base_name, cache_target = default_profile(), "the default profile", None
+    recs = measure_encryption()
+    if records:
+        for rec in recs:
+            append_record(Path(records) / RECORD_FILES["encryption"], rec)
+    where = f"{recs[0]['cpu']}, one thread, {time.strftime('%Y-%m-%d', time.gmtime())}"
+    profile = apply_encryption(base, recs, where)
+    for path in (target, cache_target):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(profile.to_json() + "\n")
+            tmp.replace(path)
+    written = target or cache_target
+    return EncryptionCalibration(recs, profile, str(written) if written else "", base_name)

@@ -31,7 +31,9 @@ import numpy as np
 
 from topowise import hardware
 from topowise.calibrate.cases import Case
+from topowise.calibrate.crypto import apply_encryption, encryption_fit
 from topowise.calibrate.machine import link_class
+from topowise.costmodel.comm import ring_scale, uses_nvls
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
@@ -55,9 +57,11 @@ class CommFit:
     min_bytes: int
     max_bytes: int
     max_residual: float  # largest |predicted/measured - 1| over the sweep
+    group_size: int = 2
+    nvls_seen: bool = False  # NCCL's log says NVLink SHARP was connected during the sweep
 
     def source(self, where: str) -> str:
-        return (f"calibrated ({where}): {self.op} over {self.link}, {self.points} sizes "
+        return (f"calibrated ({where}): {self.op} over {self.link}, {self.group_size} GPUs, {self.points} sizes "
                 f"{human_bytes(self.min_bytes)}..{human_bytes(self.max_bytes)}; weighted least squares of "
                 f"t = alpha + S f / (line e): busbw {self.line_gbps * self.efficiency:.1f} GB/s = "
                 f"{self.efficiency:.3f} of {self.line_gbps:g} GB/s, alpha {self.latency_s * 1e6:.1f} us; "
@@ -106,19 +110,44 @@ def fit_comm(records: list[dict], links: dict[str, tuple[str, float]], where: st
             continue
         alpha, beta = fit_alpha_beta(pts)
         worst = max(abs((alpha + beta * x) / t - 1.0) for x, t in pts)
+        nvls = any("NVLS" in str(r.get("transport") or "") for r in recs)
         fits.append(CommFit(link, op, 1.0 / beta, alpha, line, len(pts), min(r["bytes"] for r in recs),
-                            max(r["bytes"] for r in recs), worst))
+                            max(r["bytes"] for r in recs), worst, n, nvls))
     return fits
 
 
 def apply_comm_fits(profile: Profile, fits: list[CommFit], where: str) -> Profile:
+    """The profile with each fit's latency and efficiency. The profile holds a 2-GPU ring's efficiency
+    (comm.py scales it to n on an NVSwitch), so a sweep over more GPUs there is divided by that scale;
+    an all-reduce sweep NVLink SHARP may have carried keeps the default efficiency (rerun calibrate
+    with NCCL_NVLS_ENABLE=0 to fit the ring)."""
     eff, lat, src = dict(profile.comm_efficiency), dict(profile.latency_s), dict(profile.sources)
     for f in fits:
         key = f"{f.link}/{f.op}"
-        eff[key], lat[key] = round(f.efficiency, 5), f.latency_s
         text = f.source(where)
-        src[f"comm_efficiency.{key}"] = src[f"latency_s.{key}"] = text
+        lat[key] = f.latency_s
+        src[f"latency_s.{key}"] = text
+        if f.nvls_seen and uses_nvls(f.op, f.group_size, f.link, profile):
+            src[f"comm_efficiency.{key}"] = (f"{src.get(f'comm_efficiency.{key}', '')} (kept: NCCL ran NVLink SHARP "
+                                             f"during calibration, {text})")
+            continue
+        scale = ring_scale(f.op, f.group_size, f.link, profile)
+        eff[key] = round(f.efficiency / scale, 5)
+        src[f"comm_efficiency.{key}"] = text + (f"; / {scale:.3f}, the {f.group_size}-GPU ring's scale over 2 GPUs "
+                                                "(comm.ring_scale)" if scale != 1.0 else "")
     return replace(profile, comm_efficiency=eff, latency_s=lat, sources=src)
+
+
+NVLS_ENV = "NCCL_NVLS_ENABLE"
+
+
+def nvls_as_run(profile: Profile, nvls_env: str | None, where: str) -> Profile:
+    """A machine calibrated with NCCL_NVLS_ENABLE=0 runs NCCL that way: its profile predicts without
+    NVLink SHARP (any other value, or none, leaves NCCL's default: on where the switch has it)."""
+    if nvls_env is None or nvls_env.strip() != "0":
+        return profile
+    src = dict(profile.sources, nvls_enabled=f"calibrated ({where}): {NVLS_ENV}=0 in the environment calibrate ran in")
+    return replace(profile, nvls_enabled=False, sources=src)
 
 
 # ================================================================================================
@@ -497,6 +526,8 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         fit_names = ["compute_efficiency", "activation_traffic"] if passes else [
             "compute_efficiency", "hbm_efficiency"]
         fit_names += [f"overlap.{s}" for s in STRATEGY_NAMES]
+    profile = apply_encryption(profile, records, where)
+    report["encryption_gbps_per_core"] = encryption_fit(records) or None
     obs = observations_from(records)
     predict_one = predictor(topo, model_loader)
     profile, host_runs = fit_host(profile, obs, predict_one, None, where)

@@ -19,7 +19,7 @@ from topowise.measure.comm import CommConfig
 from topowise.measure.records import fabric_label, read_records
 
 RECORD_FILES = {"collective": "collectives.jsonl", "train": "train.jsonl", "matmul": "matmul.jsonl",
-                "hbm_pass": "passes.jsonl"}
+                "hbm_pass": "passes.jsonl", "encryption": "encryption.jsonl"}  # encryption: the parent's (crypto.py)
 META_FILE = "meta.json"
 ENTRY = "topowise.calibrate.rank:rank_main"
 

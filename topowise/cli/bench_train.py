@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
+from topowise.cli.flags import add_checkpointing_arguments, checkpointing_from_args
 from topowise.run import ENGINES, FABRICS, STRATEGY_NAMES
 from topowise.units import GIB
 
@@ -24,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (default 4096)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    parser.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in the backward")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="recompute each block in the backward (= --checkpointing full)")
+    add_checkpointing_arguments(parser)
     parser.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
     parser.add_argument("--fabric", choices=FABRICS, default="nvlink",
                         help="pcie: NCCL_P2P_DISABLE=1 in the ranks, as if NVLink were not there")
@@ -66,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         compile=args.compile, fabric=args.fabric, device=args.device, nproc=args.nproc,
         shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr,
         engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus)
+    mode, option = checkpointing_from_args(args)
+    if mode != "none":  # every case's run with the mode (make_request takes the legacy flag only)
+        request = replace(request, cases=tuple(
+            replace(c, run=replace(c.run, checkpointing=mode, selective_ac_option=option)) for c in request.cases))
     topology = _topology(args.topology, request)
 
     def expect(case):
@@ -117,7 +125,7 @@ def _run_with_progress(train, request, expect):
                   f"{request.nproc} x {first.device}, micro-batch {run.micro_batch} x seq {run.seq_len}, "
                   f"{first.warmup} warm-up + {first.steps} timed steps, {_fabric_words(run.fabric, first.device)}"
                   + (f", engine {run.engine}" if run.engine != "pytorch" else "")
-                  + (", activation checkpointing" if run.activation_checkpointing else "")
+                  + (f", checkpointing {run.checkpoint_words}" if run.activation_checkpointing else "")
                   + (", compiled" if run.compile else ""), highlight=False)
     if request.hsdp_note:
         console.print(f"hsdp: {request.hsdp_note}", highlight=False)

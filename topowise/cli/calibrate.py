@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not write the profile to the cache predict/plan/study look in")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds without progress before a measuring run is stopped (default 300)")
+    parser.add_argument("--only", choices=("encryption",), default=None,
+                        help="measure one thing only, without GPUs or torch: encryption = AES-256-GCM and "
+                             "ChaCha20-Poly1305 GB/s per host core (~1 s), added to the --out profile (updated in "
+                             "place when it exists), else to this machine's cached profile")
     parser.add_argument("--json", action="store_true", help="print the profile and the fit report as JSON")
 
 
@@ -75,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from topowise.errors import UsageError
     from topowise.measure.launcher import require_torch
 
+    if args.only == "encryption":
+        return run_encryption(args)
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     if args.from_records and args.records:
@@ -100,6 +106,43 @@ def run(args: argparse.Namespace) -> int:
     for warning in result.report.get("warnings", []):
         sys.stderr.write(f"topowise: warning: {warning}\n")
     return 1 if result.report.get("problems") else 0
+
+
+def run_encryption(args: argparse.Namespace) -> int:
+    from topowise.calibrate.driver import calibrate_encryption
+    from topowise.errors import UsageError
+
+    for flag, value in (("--from-records", args.from_records), ("--fit", args.fit), ("--nproc", args.nproc)):
+        if value:
+            raise UsageError(f"--only encryption measures this host's CPU alone: drop {flag}")
+    result = calibrate_encryption(out=args.out, records=args.records, use_cache=not args.no_cache)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    from rich import box
+    from rich.table import Table
+
+    from topowise.cli.console import column
+    from topowise.cli.console import console as make_console
+
+    console = make_console()
+    first = result.records[0]
+    console.print(f"[bold]Encryption rate per core[/]: {first['cpu']}, one thread, "
+                  f"{first['buffer_bytes'] / 2**20:g} MiB buffers; cryptography {first['cryptography']}, "
+                  f"{first['openssl']}", highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for name, justify in (("cipher", "left"), ("algorithm", "left"), ("GB/s per core", "right"),
+                          ("bursts min..max", "right")):
+        column(table, name, justify=justify)
+    for r in result.records:
+        table.add_row(r["cipher"], r["algorithm"], f"{r['gbps']:.2f}", f"{r['gbps_min']:.2f}..{r['gbps_max']:.2f}")
+    console.print(table)
+    if result.profile_path:
+        console.print(f"added to {result.base}: {result.profile_path}", highlight=False)
+    else:
+        console.print("no profile written (no --out, and no cached profile of this machine): give --out "
+                      "PROFILE.json to keep the rates, then --profile PROFILE.json", highlight=False)
+    return 0
 
 
 def source_kind(source: str) -> str:
@@ -134,6 +177,7 @@ def render(result) -> None:
             ("peak_flops", f"{p.peak_flops:.4g}"),
             ("activation_scale", f"{p.activation_scale:.3f}"), ("allocator_slack", f"{p.allocator_slack:.3f}")]
     rows += [(f"overlap.{s}", f"{v:.3f}") for s, v in p.overlap.items()]
+    rows += [(f"encryption_gbps_per_core.{c}", f"{v:.2f} GB/s") for c, v in p.encryption_gbps_per_core.items()]
     kept = 0
     for key in sorted(p.comm_efficiency):
         if not p.sources.get(f"comm_efficiency.{key}", "").startswith("calibrated"):

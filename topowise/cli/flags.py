@@ -14,3 +14,44 @@ def add_model_arguments(parser: argparse.ArgumentParser, fabric_help: str) -> No
     parser.add_argument("--force-profile", action="store_true", help="use --profile even if calibrated on another GPU")
     parser.add_argument("--engine", choices=ENGINES, default="pytorch",
                         help="whose ZeRO: pytorch (DDP, ZeroRedundancyOptimizer, FSDP2) or deepspeed (default pytorch)")
+    parser.add_argument("--model-profile", metavar="FILE",
+                        help="a model profile (topowise profile): its measured compute, activations and host time "
+                             "replace the analytic ones; --model module:function names the model profiled")
+
+
+def model_from_args(args: argparse.Namespace):
+    """--model (a preset, a config.json, module:function), with --model-profile."""
+    from topowise.models.spec import load_model
+
+    if getattr(args, "model_profile", None):
+        from topowise.costmodel.profiled import load_model_profile, profiled_model
+
+        return profiled_model(load_model_profile(args.model_profile), args.model)
+    return load_model(args.model)
+
+
+def add_checkpointing_arguments(parser: argparse.ArgumentParser) -> None:
+    """--checkpointing MODE and --selective-ac-option (torchtitan's activation_checkpoint.mode and
+    selective_ac_option); --activation-checkpointing, where a verb has it, stays "full"."""
+    from topowise.run import CHECKPOINTING
+
+    parser.add_argument("--checkpointing", choices=CHECKPOINTING, default=None,
+                        help="activation checkpointing: none, selective (per op: keep the matmul and attention "
+                             "outputs, recompute the rest; or every k-th block, --selective-ac-option k) or full "
+                             "(recompute every block); default none, full with --activation-checkpointing")
+    parser.add_argument("--selective-ac-option", default="op", metavar="op|K",
+                        help="with --checkpointing selective: op (per op, default) or an integer k (every k-th block)")
+
+
+def checkpointing_from_args(args: argparse.Namespace) -> tuple[str, str]:
+    """(mode, selective option) from --checkpointing, --selective-ac-option and --activation-checkpointing."""
+    from topowise.errors import UsageError
+    from topowise.run import normalize_checkpointing
+
+    legacy = bool(getattr(args, "activation_checkpointing", False))
+    mode = args.checkpointing or ("full" if legacy else "none")
+    if legacy and mode != "full":
+        raise UsageError(f"--activation-checkpointing means --checkpointing full, not {mode}: give one of them")
+    if args.selective_ac_option != "op" and mode != "selective":
+        raise UsageError(f"--selective-ac-option applies to --checkpointing selective, not {mode}")
+    return normalize_checkpointing(mode, args.selective_ac_option)

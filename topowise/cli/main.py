@@ -19,6 +19,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "env": ("env", "print what a bug report needs: versions, GPUs, NCCL_* and CUDA_* variables"),
     "topo": ("topo", "show the GPU wiring: links, NVLink islands, bandwidth tiers, warnings"),
     "predict": ("predict", "predict step time and memory for one strategy and placement"),
+    "profile": ("model_profile", "measure a module:function model on one GPU: a model profile for predict and plan"),
     "plan": ("plan", "rank strategies and GPU placements, say why, export a launch config"),
     "study": ("study", "strategies x topologies report with plots (the main job)"),
     "bench": ("bench", "measure collectives (bench comm) or training steps (bench train)"),
@@ -26,6 +27,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "predicted vs measured on cases calibration did not use"),
     "launch": ("launch", "run a command under torchrun with a plan's placement and environment"),
     "monitor": ("monitor", "summarize what StepMonitor wrote from your own training loop (monitor summarize)"),
+    "nccl-tests": ("nccl_tests", "the busbw nccl-tests should show here; a pasted output beside it (--compare)"),
 }
 
 

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from topowise.cli.flags import add_model_arguments
+from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 
 EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan")
@@ -15,7 +16,8 @@ EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan")
 
 def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """The flags that describe what to plan (shared with `topowise launch`)."""
-    parser.add_argument("--model", required=required, metavar="M", help="a model preset or a config.json path")
+    parser.add_argument("--model", required=required, metavar="M",
+                        help="a model preset, a config.json path, or module:function (docs/model-profile.md)")
     parser.add_argument("--topology", required=required, metavar="T", help="a topology preset or file")
     parser.add_argument("--gpu-name", metavar="NAME",
                         help="GPU model for `nvidia-smi topo -m` text, which does not name it (e.g. H100)")
@@ -33,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE", help="write the export here instead of printing it")
     parser.add_argument("--save-plan", metavar="FILE", help="write the best plan as JSON for `topowise launch --plan`")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_whatif_arguments(parser)
+    parser.add_argument("--wan-share", metavar="F", default="0.1",
+                        help="a cluster across regions: the WAN's share of a step that the reasons size gradient "
+                             "accumulation for (default 0.1)")
 
 
 def positive_int(text: str | None, flag: str) -> int | None:
@@ -49,15 +55,24 @@ def positive_int(text: str | None, flag: str) -> int | None:
 
 def plan_from_args(args: argparse.Namespace, top: int = 5):
     """(PlanResult, Topology) for the plan flags."""
-    from topowise.models.spec import load_model
     from topowise.planner.search import plan
+
+    model, topo, kwargs = plan_inputs(args)
+    return plan(model, topo, top=top, **kwargs), topo
+
+
+def plan_inputs(args: argparse.Namespace):
+    """(model, topology, the planner's keyword arguments but `top`) from the plan flags, checked."""
+    from topowise.cli.flags import model_from_args
     from topowise.topology import load_topology
     from topowise.topology.model import parse_gpu_list
 
     num_gpus = positive_int(args.num_gpus, "--num-gpus")
     micro_batch = positive_int(args.micro_batch, "--micro-batch")
     seq_len = positive_int(args.seq_len, "--seq-len")
-    model = load_model(args.model)
+    model = model_from_args(args)  # a preset, a config.json, or module:function (with --model-profile)
+    if getattr(model, "model_profile", None) is not None:  # measured at one micro-batch: plan at that one
+        micro_batch = micro_batch or model.model_profile.micro_batch
     topo = load_topology(args.topology, getattr(args, "gpu_name", None), need_gpu_model=True)
     if num_gpus is not None and num_gpus > topo.num_gpus:
         raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
@@ -65,16 +80,28 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
     from topowise.costmodel.profile_store import resolve_profile
 
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
-    result = plan(model, topo, num_gpus=num_gpus, gpus=gpus, micro_batches=(micro_batch,) if micro_batch else None,
-                  seq_len=seq_len, profile=profile, top=top, fabric=args.fabric,
-                  engine=getattr(args, "engine", "pytorch"))
-    return result, topo
+    kwargs = {"wan_share": _fraction(args.wan_share, "--wan-share")} if getattr(args, "wan_share", None) else {}
+    return model, topo, {**kwargs, "num_gpus": num_gpus, "gpus": gpus,
+                         "micro_batches": (micro_batch,) if micro_batch else None, "seq_len": seq_len,
+                         "profile": profile, "fabric": args.fabric, "engine": getattr(args, "engine", "pytorch")}
+
+
+def _fraction(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise UsageError(f"{flag} {text!r}: give a fraction between 0 and 1, e.g. {flag} 0.1")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     from topowise.export import LaunchPlan, render
 
     top = positive_int(args.top, "--top")
+    if getattr(args, "network", None) is not None:
+        return run_networks(args)
     if args.out and not args.export:
         raise UsageError(f"--out {args.out} writes an export: give --export too ({', '.join(EXPORTS)}), "
                          "or --save-plan FILE to write the plan for `topowise launch --plan`")
@@ -88,8 +115,13 @@ def run(args: argparse.Namespace) -> int:
         _write(args.save_plan, chosen.to_json() + "\n")
     if exported is not None and args.out:
         _write(args.out, exported)
+    from topowise.costmodel.profiled import profiled_summary
+
+    measured = profiled_summary(result.plans[0].prediction) if result.plans else None  # --model-profile
     if args.json:
         data = result.to_dict()
+        if measured:
+            data["model_profile"] = measured
         if exported is not None:
             data["export"] = {"kind": args.export, "text": exported, "path": args.out}
         if args.save_plan:
@@ -97,12 +129,62 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     _show(result, False)
+    if measured:
+        print(f"from model profile {measured['file']}: {measured['note']}")
     if exported is not None and not args.out:
         print(exported, end="")
     for what, path in (("plan", args.save_plan), (args.export, args.out)):
         if path:
             print(f"wrote {what} to {path}")
     return 0
+
+
+def run_networks(args: argparse.Namespace) -> int:
+    """plan --network a,b,...: the best plan of the same job on each network, side by side."""
+    from topowise.whatif import compare_plans, parse_networks, require_cluster, single_node_note
+
+    if args.export or args.save_plan or args.out:
+        raise UsageError("--network compares networks; --export, --out and --save-plan write one plan: name the "
+                         "network in --topology (e.g. '4x hgx-h100-8+roce-400') and drop --network")
+    networks = parse_networks(args.network)
+    prices = prices_from_args(args)
+    model, topo, kwargs = plan_inputs(args)
+    require_cluster(topo)
+    if kwargs["num_gpus"] is None and kwargs["gpus"] is None:  # the same job: every GPU of the cluster
+        kwargs["num_gpus"] = topo.num_gpus
+    outcomes = compare_plans(model, topo, networks, prices=prices, **kwargs)
+    notes = [n for n in (single_node_note(outcomes),) if n]
+    if args.json:
+        print(json.dumps({"model": model.name, "topology": topo.name, "seq_len": kwargs["seq_len"],
+                          "networks": [o.to_dict() for o in outcomes], "prices": prices.to_dict(),
+                          "notes": notes}, indent=2))
+        return 0
+    count = len(kwargs["gpus"]) if kwargs["gpus"] else kwargs["num_gpus"]
+    show_networks(f"{model.name} on {count} GPUs of {topo.name} with each network between its {topo.num_nodes} "
+                  "nodes (the best plan on each)", outcomes, notes)
+    return 0
+
+
+def show_networks(title: str, outcomes, notes=()) -> None:
+    """The what-if table (report.whatif's rows) with its notes under it."""
+    from rich import box
+    from rich.table import Table
+
+    from topowise.cli.console import column, console, print_whole
+    from topowise.report.whatif import HEADERS, price_notes, rows
+
+    out = console()
+    out.print(f"[bold]{title}[/bold]", highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+    for header in HEADERS:
+        column(table, header, justify="left" if header in ("network", "strategy", "AC") else "right")
+    for row in rows(outcomes):
+        table.add_row(*row)
+    print_whole(out, table)
+    _prose(out, "network wait: the share of the step spent on exposed communication between nodes; "
+                "tokens/s: the whole job")
+    for note in [*notes, *price_notes(outcomes)]:
+        _prose(out, note, "- ", "  ")
 
 
 def _write(path: str, text: str) -> None:
@@ -135,7 +217,7 @@ def _show(result, as_json: bool) -> None:
         for i, p in enumerate(result.plans, 1):
             gpus = all_groups(p.gpus, p.shard_group_size) if p.shard_group_size else gpu_list(p.gpus)
             pred = p.prediction
-            table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), "on" if p.activation_checkpointing else "off",
+            table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), pred.run.checkpoint_words,
                           f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
                           f"{pred.memory.peak_bytes / 2**30:.1f}")
         print_whole(out, table)
@@ -150,7 +232,7 @@ def _show(result, as_json: bool) -> None:
     if result.infeasible:
         out.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
         for i in result.infeasible[:3]:
-            ac = ", AC" if i.activation_checkpointing else ""
+            ac = f", {i.checkpointing} checkpointing" if i.activation_checkpointing else ""
             _prose(out, f"{i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{ac}: {i.reason}",
                    "  ", "    ")
     if result.suggestion:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from topowise.cli.flags import add_model_arguments
+from topowise.cli.flags import add_checkpointing_arguments, add_model_arguments
+from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.units import GIB
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="M", help="a model preset or a Hugging Face config.json")
+    parser.add_argument("--model", required=True, metavar="M",
+                        help="a model preset, a Hugging Face config.json, or module:function (docs/model-profile.md)")
     parser.add_argument("--topology", required=True, metavar="T",
                         help="a topology preset, `topowise topo --json` output or `nvidia-smi topo -m` text")
     parser.add_argument("--gpu-name", metavar="NAME",
@@ -21,25 +23,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", required=True, metavar="S", help="ddp, zero1, zero2, zero3 (fsdp) or hsdp")
     parser.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU per step (1)")
     parser.add_argument("--seq-len", type=int, default=4096, metavar="L", help="tokens per sequence (4096)")
-    parser.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="recompute each block in backward (= --checkpointing full)")
+    add_checkpointing_arguments(parser)
     parser.add_argument("--shard-group-size", type=int, metavar="G",
                         help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
     add_model_arguments(parser, "pcie: predict as if NVLink were not there")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_whatif_arguments(parser)
 
 
 def prediction_from_args(args: argparse.Namespace):
     """(Prediction, Profile): parse and check the arguments, then predict (no rendering here)."""
     from topowise.costmodel.predict import predict
+
+    run, topo, profile = run_from_args(args)
+    return predict(run, topo, profile), profile
+
+
+def run_from_args(args: argparse.Namespace):
+    """(Run, topology, Profile) from the predict flags, checked."""
+    from topowise.cli.flags import checkpointing_from_args, model_from_args
     from topowise.costmodel.profile import default_profile
     from topowise.costmodel.profile_store import resolve_profile
     from topowise.errors import UsageError
-    from topowise.models.spec import load_model
     from topowise.run import Run
     from topowise.topology import load_topology
     from topowise.topology.model import parse_gpu_list
 
-    model = load_model(args.model)
+    model = model_from_args(args)  # a preset, a config.json, or module:function (with --model-profile)
     topo = load_topology(args.topology, args.gpu_name, need_gpu_model=True)
     if args.gpus is not None:
         gpus = parse_gpu_list(args.gpus, topo)
@@ -48,19 +60,52 @@ def prediction_from_args(args: argparse.Namespace):
             raise UsageError(f"--num-gpus {args.num_gpus}: topology {topo.name!r} has {topo.num_gpus} GPUs; "
                              f"choose 1 to {topo.num_gpus}")
         gpus = topo.best_subset(args.num_gpus)
+    mode, option = checkpointing_from_args(args)
     run = Run(model, gpus, args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
-              activation_checkpointing=args.activation_checkpointing, fabric=args.fabric,
+              checkpointing=mode, selective_ac_option=option, fabric=args.fabric,
               shard_group_size=args.shard_group_size, engine=args.engine)
     profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()
-    return predict(run, topo, profile), profile
+    return run, topo, profile
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "network", None) is not None:
+        return run_networks(args)
     prediction, profile = prediction_from_args(args)
+    from topowise.costmodel.profiled import profiled_summary
+
+    measured = profiled_summary(prediction)  # None unless --model-profile: then the file, and estimate or not
     if args.json:
-        print(json.dumps(prediction.to_dict(), indent=2))
+        print(json.dumps(dict(prediction.to_dict(), **({"model_profile": measured} if measured else {})), indent=2))
     else:
         render(prediction, profile.memory_headroom)
+        if measured:
+            print(f"from model profile {measured['file']}: {measured['note']}")
+    return 0
+
+
+def run_networks(args: argparse.Namespace) -> int:
+    """predict --network a,b,...: the same run (strategy, GPUs, micro-batch) on each network, side by side."""
+    from topowise.cli.plan import show_networks
+    from topowise.whatif import compare_predictions, parse_networks, require_cluster
+
+    networks = parse_networks(args.network)
+    prices = prices_from_args(args)
+    run_, topo, profile = run_from_args(args)
+    require_cluster(topo)
+    outcomes = compare_predictions(run_, topo, networks, profile=profile, prices=prices)
+    notes = []
+    if len(topo.nodes_spanned(run_.gpus)) < 2:
+        notes.append(f"GPUs {','.join(map(str, run_.gpus))} lie on one node: the network between nodes is not "
+                     "used, so every row is alike; give more GPUs (--num-gpus) to compare networks")
+    if args.json:
+        print(json.dumps({"model": {"name": run_.model.name, "params": run_.model.params}, "topology": topo.name,
+                          "strategy": run_.strategy, "gpus": list(run_.gpus),
+                          "networks": [o.to_dict() for o in outcomes], "prices": prices.to_dict(),
+                          "notes": notes}, indent=2))
+        return 0
+    show_networks(f"{run_.model.name}: {run_.strategy} on {len(run_.gpus)} GPUs of {topo.name}, micro-batch "
+                  f"{run_.micro_batch}, with each network between the nodes", outcomes, notes)
     return 0
 
 
@@ -78,7 +123,7 @@ def headline(p) -> list[str]:
 
     engine = " as DeepSpeed runs it" if p.engine == "deepspeed" else ""
     hsdp = f" in shard groups of {p.shard_group_size}" if p.shard_group_size else ""
-    ac = ", activation checkpointing" if p.activation_checkpointing else ""
+    ac = f", {p.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
     islands = f"{p.islands_spanned} NVLink island{'s' if p.islands_spanned != 1 else ''} spanned"
     if p.bottleneck_gbps is None or p.bottleneck_gbps == float("inf"):
         wiring = "one GPU: no collectives between GPUs"

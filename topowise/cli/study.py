@@ -11,6 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
+from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 from topowise.report.study import DEFAULT_MODEL, DEFAULT_TOPOLOGIES, MEASURE_MODEL
 
@@ -39,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --measure: run the steps under the profiler and show where each measured step "
                              "goes beside the prediction (the profiler slows the steps)")
     parser.add_argument("--json", action="store_true", help="print study.json to stdout instead of the summary")
+    add_whatif_arguments(parser)
+    parser.add_argument("--questions-model", metavar="M",
+                        help="the second model size for the four network questions (default: llama3.2-1b beside "
+                             "a model of 3B parameters or more, else llama3.1-8b)")
+    parser.add_argument("--no-network-questions", action="store_true",
+                        help="leave out the section that answers the four network questions")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +61,17 @@ def run(args: argparse.Namespace) -> int:
     profile = _load_profile(args.profile, topologies)
     st.check_study_args(topologies, num_gpus=args.num_gpus, seq_len=args.seq_len, micro_batch=args.micro_batch,
                         model=model)
+    networks = ()
+    if args.network is not None:
+        from topowise.whatif import parse_networks
+
+        networks = parse_networks(args.network)
+        if not any(getattr(t, "num_nodes", 1) > 1 for _label, t in topologies):
+            raise UsageError("--network compares networks between nodes: name a cluster among --topologies, "
+                             "e.g. --topologies '4x hgx-h100-8+ib-ndr'")
+    prices = prices_from_args(args)
+    question_models = () if args.no_network_questions else (
+        model, load_model(args.questions_model or second_model(model)))
     live = next((t for label, t in topologies if label == "live"), None)
     if args.measure:
         live = live or st.discover_live()
@@ -64,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = make_out_dir(args.out)  # before the predictions: a bad --out fails in a second, not after them
     err = Console(stderr=True)
-    study = _run_with_progress(st, model, topologies, args, profile, err)
+    study = _run_with_progress(st, model, topologies, args, profile, err, networks, question_models, prices)
     if args.measure:
         gpus = live.best_subset(args.num_gpus) if args.num_gpus else live.indices
         err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
@@ -102,7 +120,13 @@ def make_out_dir(path: str) -> Path:
     return out
 
 
-def _run_with_progress(st, model, topologies, args, profile, console):
+def second_model(model) -> str:
+    """The other model size of the network questions: a small one beside a large model, else a large one."""
+    return "llama3.2-1b" if model.params >= 3e9 else "llama3.1-8b"
+
+
+def _run_with_progress(st, model, topologies, args, profile, console, networks=(), question_models=(),
+                       prices=None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = st.study_size(topologies, args.num_gpus)
@@ -114,7 +138,8 @@ def _run_with_progress(st, model, topologies, args, profile, console):
             progress.update(task, advance=1, description=f"predicting {what}")
 
         return st.run_study(model, topologies, num_gpus=args.num_gpus, seq_len=args.seq_len,
-                            micro_batch=args.micro_batch, profile=profile, advance=advance)
+                            micro_batch=args.micro_batch, profile=profile, advance=advance, networks=networks,
+                            question_models=question_models, prices=prices)
 
 
 def _load_profile(path: str | None, topologies=()):
@@ -138,4 +163,9 @@ def _command_line(args: argparse.Namespace) -> str:
         words += ["--profile", args.profile]
     if args.measure:
         words += ["--measure", "--measure-model", args.measure_model] + (["--trace"] if args.trace else [])
+    for flag in ("network", "gpu_hour_usd", "network_node_hour_usd", "questions_model"):
+        if getattr(args, flag, None) is not None:
+            words += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    if args.no_network_questions:
+        words.append("--no-network-questions")
     return " ".join(shlex.quote(w) for w in words)

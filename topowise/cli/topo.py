@@ -25,9 +25,14 @@ def run(args: argparse.Namespace) -> int:
     from topowise.topology import presets
 
     if args.list_presets:
-        width = max(len(n) for n in presets.preset_names())
-        for name in presets.preset_names():
-            print(f"{name:<{width}}  {presets.describe(name)}")
+        from topowise.topology.cluster import CLUSTER_PRESETS, EXAMPLES
+
+        rows = [(name, presets.describe(name)) for name in presets.preset_names()]
+        rows += [(name, f"cluster: {form}") for name, form in CLUSTER_PRESETS.items()]
+        width = max(len(name) for name, _ in rows)
+        for name, text in rows:
+            print(f"{name:<{width}}  {text}")
+        print("clusters by name: " + "; ".join(EXAMPLES) + " (docs/networks.md)")
         return 0
     topo = _load(args)
     if topo.network is not None:  # a cluster: tiers and the network share, not an n x n matrix

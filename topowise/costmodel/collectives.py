@@ -120,3 +120,14 @@ def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[
         out.append(ar(4 * block / len(g0), 1, BACKWARD_LAST))
         out.append(ar(4 * root / len(g0), 1, BACKWARD_LAST))
     return tuple(c for c in out if c.group_size > 1 and c.count > 0)
+
+
+def wan_seconds(run: Run, topology: Wiring, profile: Profile) -> float:
+    """Seconds of a step's collectives (hidden or not) that the WAN between regions costs: their time on
+    `topology` less their time with the same nodes in one region (0 without a WAN). The shard groups
+    of a placed run are kept, so HSDP with a shard group per region pays only its replica all-reduce."""
+    if getattr(topology, "wan", None) is None:
+        return 0.0
+    here = sum(c.time_s for c in strategy_collectives(run, topology, profile))
+    local = sum(c.time_s for c in strategy_collectives(run, topology.one_region(), profile))
+    return max(0.0, here - local)

@@ -12,6 +12,16 @@ line_GBps is the group's bottleneck (`Topology.bottleneck_gbps`): the slowest li
 or a GPU's switch port on NVSwitch. achieved_fraction and latency come from the Profile (defaults
 from the 2x H200 nccl-tests rows; see profile.py). Latency is taken as flat in n (measured at n=2).
 
+On an NVSwitch board, groups of more than two GPUs (`group_link` says which groups sit there):
+- a ring's achieved fraction moves with n: 1 x the profile's at n=2 and `nvswitch_ring_scale[op]` x
+  it at n=8 (published 8-GPU nccl-tests figures), linear in 1/n between and beyond;
+- all_reduce may run as NVLink SHARP (NVLS) where the switch reduces (NVSwitch gen 3+: NVLink 4+ GPUs,
+  NCCL >= 2.17, on by default, off with NCCL_NVLS_ENABLE=0 = `Profile.nvls_enabled`). Each GPU then
+  moves S (1 + 1/n) bytes each way instead of the ring's 2 S (n-1)/n, so its bus bandwidth is at most
+  line x 2(n-1)/(n+1), of which `nvls_efficiency` is reached; the time is the lesser of the ring's and
+  NVLS's (NCCL's tuner picks per size: ring for small messages, NVLS for large). At n=2 NVLS moves
+  1.5x the ring's bytes and never wins, so 2-GPU predictions are the ring's alone.
+
 Groups across nodes follow NCCL's own model (network.py); collectives.py lists a step's collectives
 and prices each one with the model for where it runs.
 """
@@ -64,29 +74,90 @@ class CollectiveCost:
         return cls(**data)
 
 
+# NVLink SHARP needs a third-generation NVSwitch, which joins NVLink 4 GPUs (HGX H100/H200) and later
+# (B200, GB200); the A100's second-generation NVSwitch cannot reduce (NCCL's nvlsEfficiency is 0 for
+# Volta and Ampere, src/graph/tuning.cc).
+NVLS_MIN_NVLINK_GEN = 4
+RING_SCALE_AT = 8  # the group size the published ring figures (Profile.nvswitch_ring_scale) are for
+
+
+class LinkClass(str):
+    """A group's link class ("NV", "PCIe"), compared, shown and stored as that plain string, carrying
+    what the switch can do for the group: `nvswitch` (every pair goes through the board's NVSwitch)
+    and `nvls` (that switch reduces in the network: NVLink SHARP). A plain "NV" has neither."""
+
+    nvswitch: bool
+    nvls: bool
+
+    def __new__(cls, name: str, nvswitch: bool = False, nvls: bool = False) -> LinkClass:
+        obj = super().__new__(cls, name)
+        obj.nvswitch, obj.nvls = nvswitch, nvls
+        return obj
+
+
 def group_link(topo: Wiring, gpus) -> tuple[float, str]:
-    """(bottleneck line rate GB/s, link class "NV" or "PCIe") of a collective over `gpus`."""
+    """(bottleneck line rate GB/s, link class "NV" or "PCIe") of a collective over `gpus`; an "NV"
+    class says whether the group sits on an NVSwitch and whether that switch has NVLink SHARP."""
     members = sorted(set(gpus))
     if len(members) < 2:
         return math.inf, "local"
     gbps = topo.bottleneck_gbps(members)
     # Inside one NVLink island the ring stays on NVLink (a hybrid mesh routes around its PCIe pairs);
     # a group that spans islands must cross the host path. No pair loop: groups can hold 512 GPUs.
-    return gbps, ("NV" if len(topo.islands_spanned(members)) == 1 and len(topo.island_of(members[0])) > 1
-                  else "PCIe")
+    if len(topo.islands_spanned(members)) != 1 or len(topo.island_of(members[0])) < 2:
+        return gbps, "PCIe"
+    switch = bool(topo.nvswitch)
+    return gbps, LinkClass("NV", nvswitch=switch, nvls=switch and topo.gpu_spec.nvlink_gen >= NVLS_MIN_NVLINK_GEN)
+
+
+def ring_scale(op: str, n: int, link: str, profile: Profile) -> float:
+    """How much more of the line an n-GPU ring on an NVSwitch reaches than the 2-GPU one the profile
+    holds: 1 at n=2, the profile's published 8-GPU ratio at n=8, linear in 1/n (1 elsewhere)."""
+    if n <= 2 or not getattr(link, "nvswitch", False):
+        return 1.0
+    at8 = profile.nvswitch_ring_scale.get(op, 1.0)
+    return 1.0 + (at8 - 1.0) * (1 / 2 - 1 / n) / (1 / 2 - 1 / RING_SCALE_AT)
+
+
+def ring_efficiency(op: str, n: int, link: str, profile: Profile) -> float:
+    """Achieved fraction of the line rate of an n-GPU ring: the scale never lifts it above the line (a
+    profile's own value, e.g. gloo's against a nominal CPU rate, may be above 1 and stays as it is)."""
+    efficiency = profile.comm(link, op)[0]
+    return min(efficiency * ring_scale(op, n, link, profile), max(efficiency, 1.0))
+
+
+def uses_nvls(op: str, n: int, link: str, profile: Profile) -> bool:
+    """NVLink SHARP is in reach: an all-reduce of 3+ GPUs on a switch that reduces, NVLS not turned off."""
+    return op == "all_reduce" and n > 2 and getattr(link, "nvls", False) and profile.nvls_enabled
+
+
+def nvls_fraction(n: int, profile: Profile) -> float:
+    """busbw / line rate of an NVLS all-reduce over n GPUs: the traffic bound 2(n-1)/(n+1) x achieved."""
+    return profile.nvls_efficiency * 2.0 * (n - 1) / (n + 1)
 
 
 def collective_time(op: str, nbytes: float, n: int, line_gbps: float, link: str, profile: Profile) -> float:
-    """Seconds for one collective: latency + bytes x busbw factor / achieved bandwidth."""
+    """Seconds for one collective: latency + bytes x busbw factor / achieved bandwidth (the faster of
+    ring and NVLS where NVLS is in reach)."""
     if n < 2 or nbytes <= 0:
         return 0.0
-    efficiency, latency = profile.comm(link, op)
-    return latency + nbytes * busbw_factor(op, n) / (line_gbps * efficiency * 1e9)
+    latency = profile.comm(link, op)[1]
+    ring = latency + nbytes * busbw_factor(op, n) / (line_gbps * ring_efficiency(op, n, link, profile) * 1e9)
+    if not uses_nvls(op, n, link, profile):
+        return ring
+    return min(ring, profile.nvls_latency_s + nbytes * busbw_factor(op, n) / (line_gbps * nvls_fraction(n, profile)
+                                                                             * 1e9))
 
 
 def achieved_gbps(op: str, n: int, line_gbps: float, link: str, profile: Profile) -> float:
-    """Bus bandwidth a large collective reaches: the line rate x the profile's achieved fraction."""
-    return 0.0 if n < 2 else line_gbps * profile.comm(link, op)[0]
+    """Bus bandwidth a large collective reaches: the line rate x the achieved fraction (NVLS's where it
+    beats the ring)."""
+    if n < 2:
+        return 0.0
+    fraction = ring_efficiency(op, n, link, profile)
+    if uses_nvls(op, n, link, profile):
+        fraction = max(fraction, nvls_fraction(n, profile))
+    return line_gbps * fraction
 
 
 # --- what PyTorch holds and sends --------------------------------------------------------------

@@ -17,7 +17,7 @@ How PyTorch holds the training state (the bench builds exactly this):
 
 AdamW is fused (one kernel, no temporaries). The peak is the largest of four moments (`phases`),
 each a sum of what is alive then: loss backward (all saved activations + the logits buffers),
-output-layer backward, a block's backward (with checkpointing: one block recomputed), and the end of
+output-layer backward, a block's backward (with checkpointing: what one block recomputes), and the end of
 backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator
 reports (torch.cuda.max_memory_allocated) is `allocated_bytes`; peak_bytes adds allocator slack and
 the CUDA context (what nvidia-smi shows).
@@ -47,14 +47,15 @@ def pytorch_state_bytes(params: float, strategy: Strategy, n: int) -> dict[str, 
 
 
 def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = False,
-                                         gqa_expanded: bool = True) -> float:
+                                         gqa_expanded: bool = False) -> float:
     """Bytes one transformer block saves for backward, per token, with fused (flash) attention.
 
     Matches the transformer `bench train` builds (models/transformer.py): one fused qkv Linear, one
-    fused gate_up Linear, F.rms_norm, rotary, k/v repeated to every query head (repeat_interleave)
-    before F.scaled_dot_product_attention (flash). `autocast` True is ddp/zero1 (fp32 weights under
-    torch.autocast): the embedding lookup returns fp32, so the residual stream is fp32, rms_norm runs in
-    fp32 (autocast's fp32 list) and each Linear saves its own bf16 cast of its input. False is FSDP2
+    fused gate_up Linear, F.rms_norm, rotary (q, k and a copy of v in their own tensors), k/v at their
+    own head count handed to F.scaled_dot_product_attention(enable_gqa=True) (cuDNN or flash, which read
+    each kv head for its group). `autocast` True is ddp/zero1 (fp32 weights under torch.autocast): the
+    embedding lookup returns fp32, so the residual stream is fp32, rms_norm runs in fp32 (autocast's fp32
+    list) and each Linear saves its own bf16 cast of its input. False is FSDP2
     with bf16 parameters: everything bf16. r = residual bytes (4 or 2); h hidden, I intermediate,
     q = heads x head_dim, kv = kv heads x head_dim, H heads.
 
@@ -62,8 +63,8 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
       attention RMSNorm   input x (r h) + rstd (4, fp32)        [fused rms_norm saves input and rstd]
       qkv Linear          its bf16 input (2h)                   [the qkv output itself is not kept]
       rotary              nothing per token (the muls save the bf16 cos/sin tables: `rope_bytes`)
-      SDPA flash          q (2q), k and v repeated to H heads (2q each; 2kv each with gqa_expanded
-                          False, as SDPA(enable_gqa=True) would keep them), out (2q), logsumexp (4H)
+      SDPA flash          q (2q), k and v (2kv each; 2q each with gqa_expanded, as when they are
+                          repeated to every query head first), out (2q), logsumexp (4H)
       out Linear          its input = SDPA's out (counted); residual add saves nothing
       MLP RMSNorm         input (r h) + rstd (4)
       gate_up Linear      its bf16 input (2h)
@@ -87,13 +88,65 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
 
 
 def rope_bytes(model: ModelSpec, seq_len: int) -> float:
-    """Each block casts cos and sin (seq_len x head_dim) to bf16 and the rotary muls keep them."""
-    return 0.0 if model.family == "gpt2" else model.num_layers * 2 * 2 * seq_len * model.head_dim
+    """The forward casts cos and sin (seq_len x head_dim) to bf16 once; every block's rotary muls keep
+    those two tables (shared, not one copy per block)."""
+    return 0.0 if model.family == "gpt2" else 2 * 2 * seq_len * model.head_dim
 
 
 def block_input_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
     """With activation checkpointing a block keeps only its input: the residual stream (r h)."""
     return (4 if autocast else 2) * model.hidden_size
+
+
+def selective_kept_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = False) -> float:
+    """What a block keeps under per-op selective checkpointing (measure/strategies.py's policy, torchtitan's):
+    its input (r h), the outputs of the operators the policy saves and of no other, per token:
+      qkv matmul (1st of the block's 4)   2 (q + 2 kv)
+      SDPA                                out 2q, logsumexp 4H
+      gate_up matmul (3rd)                4I
+    The out and down matmuls (2nd and 4th) and the cheap ops (norms, rotary, v's copy, SiLU, the
+    product, residual adds, autocast's casts) are recomputed in the backward. GPT-2's block has the
+    same four matmuls: c_attn (3h), out, c_fc (2I: its I outputs), c_proj."""
+    h, i = model.hidden_size, model.intermediate_size
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    r = 4 if autocast else 2
+    first_mm = 2 * (q + 2 * kv)
+    third_mm = 2 * i if model.family == "gpt2" else 4 * i
+    return r * h + first_mm + 2 * q + 4 * model.num_heads + third_mm
+
+
+def selective_recompute_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
+    """Per-op selective checkpointing: what one block's backward recomputes and holds at once (its
+    activations less what was kept): the norms' outputs and rstd (2 x (2h + 4)), rotated q and k
+    (2q + 2kv), v's copy (2kv), the residual after attention (r h), SiLU's output and the product (4I)."""
+    h, i = model.hidden_size, model.intermediate_size
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    r = 4 if autocast else 2
+    return 2 * (2 * h + 4) + 2 * q + 4 * kv + r * h + 4 * i
+
+
+def checkpointed_blocks(run: Run) -> int:
+    """Blocks recomputed whole in the backward: all with "full", every k-th (0, k, 2k, ...) with
+    selective option k, none otherwise."""
+    layers = run.model.num_layers
+    if run.checkpointing == "full":
+        return layers
+    if run.checkpointing == "selective" and run.selective_ac_option != "op":
+        return -(-layers // int(run.selective_ac_option))
+    return 0
+
+
+def saved_activation_bytes_per_token(run: Run, autocast: bool) -> tuple[float, float]:
+    """(bytes every block together keeps for backward, bytes one block's backward recomputes at once),
+    per token, under the run's checkpointing mode."""
+    model = run.model
+    per_layer = activation_bytes_per_token_per_layer(model, autocast)
+    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+        return (model.num_layers * selective_kept_bytes_per_token_per_layer(model, autocast),
+                selective_recompute_bytes_per_token(model, autocast))
+    whole = checkpointed_blocks(run)
+    kept = whole * block_input_bytes_per_token(model, autocast) + (model.num_layers - whole) * per_layer
+    return kept, per_layer if whole else 0.0
 
 
 def head_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
@@ -163,7 +216,7 @@ class MemoryBreakdown:
 
 def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> MemoryBreakdown:
     """Peak bytes per GPU for one training step of a placed run."""
-    model, seq_len, activation_checkpointing = run.model, run.seq_len, run.activation_checkpointing
+    model, seq_len = run.model, run.seq_len
     tokens = run.tokens
     P = model.params
     autocast = run.spec.autocast
@@ -173,11 +226,9 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
     # DDP's buckets, which the gradients are views of, are always there.
     grads_at_start = full_grads if autocast else 0.0
 
-    per_layer = activation_bytes_per_token_per_layer(model, autocast)
-    kept_per_layer = block_input_bytes_per_token(model, autocast) if activation_checkpointing else per_layer
-    saved = tokens * (model.num_layers * kept_per_layer + head_bytes_per_token(model, autocast))
-    saved += rope_bytes(model, seq_len)
-    recompute = tokens * per_layer if activation_checkpointing else 0.0
+    kept, recomputed = saved_activation_bytes_per_token(run, autocast)
+    saved = tokens * (kept + head_bytes_per_token(model, autocast)) + rope_bytes(model, seq_len)
+    recompute = tokens * recomputed
     saved, recompute = saved * profile.activation_scale, recompute * profile.activation_scale  # 1 unless calibrated
     block_temp = tokens * block_backward_temp_bytes_per_token(model, autocast)
 

@@ -34,6 +34,24 @@ NCCL's per-channel caps, the chunk-size pipeline start-up. A fabric that is not 
 changes nothing here: NCCL keeps each ring channel on one NIC index, and crossing the spine costs
 no bandwidth in a non-blocking fat tree (oversubscription, which would, is not modelled).
 
+Distance, transport and regions (docs/networks.md) add to that model, and add nothing on a cluster
+that uses none of them (one rack, an RDMA fabric, one region):
+
+    ring:  latency += (ninter - nwan) x (net_extra + slowest ring hop's extra) + nwan x wan_lat
+           nwan = 2R for all_reduce, R - 1 for all_gather and reduce_scatter, R for broadcast
+    tree:  latency += 2 ((log2 N - w) x (net_extra + farthest hop's extra) + w x wan_lat), w = ceil(log2 R)
+    bus    = min(intra, network, WAN share x WAN efficiency)
+
+net_extra is the transport's own latency per network step beyond the tuner's RDMA figures (NCCL's
+socket transport: hardware.SOCKET_LATENCY_US; a custom link's latency); a hop's extra is the switch
+hops and fibre a path between racks adds over a rack-local hop (Cluster.ring_extra_us, tree_extra_us;
+NCCL's tuner adds a network's latency to every inter-node step the same way: `latencyInter` in
+tuning.cc). R regions joined by a WAN: wan_lat = one-way WAN latency + encryption_latency_s(cipher);
+the WAN's rate = min(line, encrypted_gbps(cipher, cores, profile)), shared by every GPU of a region
+that crosses at once (Cluster.wan_gbps), as the NIC share is; the critical path of a ring crosses
+each region boundary once per phase, like NCCL's 2N network steps for N nodes. These extra terms are
+added after NCCL's x1.4 ring plateau factor, which describes NCCL's own pipeline, not the wire.
+
 Groups inside one node are comm.py's (calibrated on this project's measurements); collectives.py
 sends each group to the model for where it runs.
 """
@@ -41,8 +59,10 @@ sends each group to the model for where it runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from topowise.costmodel.comm import group_link, ring_efficiency
+from topowise.costmodel.encryption import encrypted_gbps, encryption_latency_s
 from topowise.costmodel.profile import OPS, Profile, default_profile
 from topowise.errors import UsageError
 from topowise.run import STRATEGIES, normalize_strategy
@@ -84,25 +104,60 @@ class Group:
     intra_gbps: float  # line rate of the node ring over its k GPUs (inf when k == 1)
     intra_hw: str  # "NVLink" or "PCI" (tuning.cc's intra-node classes)
     net_gbps: float  # k x per-GPU network share, line (measured NIC) rate
+    ring_extra_us: float = 0.0  # per network step of a ring: transport latency + its slowest hop's distance
+    tree_extra_us: float = 0.0  # per network level of a tree: transport latency + the farthest hop's distance
+    regions: int = 1  # regions the group spans
+    wan_gbps: float = math.inf  # the group's share of the WAN, after encryption's limit
+    wan_lat_us: float = 0.0  # per WAN crossing: one-way latency + encryption latency
+    intra_link: str = ""  # comm.group_link's class of the node ring (says whether it runs on an NVSwitch)
 
 
-def describe_group(gpus, topo: Wiring) -> Group:
+def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
+    """How `gpus` sit on `topo`; `profile` gives the encryption rate of a WAN (default profile)."""
     members = tuple(gpus)
     per = topo.per_node(members)
     k = min(len(v) for v in per.values())
     worst = min(per.values(), key=lambda local: topo.node.bottleneck_gbps(local) if len(local) > 1 else math.inf)
     inner = topo.node.bottleneck_gbps(worst) if len(worst) > 1 else math.inf
     nv = all(topo.node.link(a, b).is_nvlink for i, a in enumerate(worst) for b in worst[i + 1:])
-    net = topo.network_gbps(members) if len(per) > 1 else math.inf
-    return Group(len(members), len(per), k, inner, "NVLink" if nv else "PCI", net)
+    group = Group(len(members), len(per), k, inner, "NVLink" if nv else "PCI",
+                  topo.network_gbps(members) if len(per) > 1 else math.inf,
+                  intra_link=group_link(topo.node, worst)[1] if len(worst) > 1 else "")
+    if len(per) < 2:
+        return group
+    net_us = topo.network.latency_us  # across nodes: a Cluster
+    regions = len(topo.regions_spanned(members))
+    wan_gbps, wan_lat = math.inf, 0.0
+    if regions > 1:
+        wan, profile = topo.wan, profile or default_profile()
+        wan_gbps = min(topo.wan_gbps(members),
+                       encrypted_gbps(wan.cipher, wan.cores, profile) * topo.wan_gbps(members) / wan.gbps)
+        wan_lat = (wan.one_way_s + encryption_latency_s(wan.cipher, profile)) * 1e6
+    return replace(group, ring_extra_us=net_us + topo.ring_extra_us(members),
+                   tree_extra_us=net_us + topo.tree_extra_us(members), regions=regions, wan_gbps=wan_gbps,
+                   wan_lat_us=wan_lat)
+
+
+def wan_gbps_effective(topo: Wiring, profile: Profile | None = None) -> float:
+    """The WAN's rate per region per direction once encrypted: min(line, encrypted_gbps(cipher, cores));
+    inf without a WAN."""
+    wan = getattr(topo, "wan", None)
+    if wan is None:
+        return math.inf
+    return min(wan.gbps, encrypted_gbps(wan.cipher, wan.cores, profile or default_profile()))
 
 
 def bus_gbps(op: str, group: Group, profile: Profile) -> tuple[float, str]:
-    """Achieved bus bandwidth of a collective over the group and the tier that sets it ("intra"/"network")."""
-    intra_class = "NV" if group.intra_hw == "NVLink" else "PCIe"
-    intra = group.intra_gbps * profile.comm(intra_class, op)[0] if group.per_node > 1 else math.inf
+    """Achieved bus bandwidth of a collective over the group and the tier that sets it
+    ("intra", "network" or "wan")."""
+    # The node's share of the ring runs over its k GPUs as comm.py's in-node ring does (on an NVSwitch
+    # its efficiency follows k, not the 2-GPU calibration alone).
+    intra_class = group.intra_link or ("NV" if group.intra_hw == "NVLink" else "PCIe")
+    intra = group.intra_gbps * ring_efficiency(op, group.per_node, intra_class, profile) if group.per_node > 1 \
+        else math.inf
     net = group.net_gbps * profile.comm_efficiency.get(f"NET/{op}", 1.0)
-    return (intra, "intra") if intra < net else (net, "network")
+    wan = group.wan_gbps * profile.comm_efficiency.get(f"NET/{op}", 1.0)
+    return min((net, "network"), (intra, "intra"), (wan, "wan"), key=lambda t: t[0])  # a tie: "network", as before
 
 
 def algorithm_time_s(op: str, nbytes: float, group: Group, algorithm: str, protocol: str, bus: float) -> float | None:
@@ -129,8 +184,15 @@ def algorithm_time_s(op: str, nbytes: float, group: Group, algorithm: str, proto
             algbw = min(LL_MAX_GBPS[min(N, 3)] if N > 1 else math.inf, bus * LL_BW_FACTOR["ring"]) * n / nsteps
         if protocol == "Simple" and N > 1 and op == "all_reduce":
             lat *= RING_PLATEAU
+        R = group.regions
+        nwan = min(ninter, {"all_reduce": 2 * R, "all_gather": R - 1, "reduce_scatter": R - 1,
+                            "broadcast": R}[op]) if R > 1 else 0
+        lat += (ninter - nwan) * group.ring_extra_us + nwan * group.wan_lat_us
     else:
-        lat += 2 * ((n // N - 1) * intra_lat + int(math.log2(N)) * net_lat)
+        levels = int(math.log2(N))
+        w = min(levels, math.ceil(math.log2(group.regions))) if group.regions > 1 else 0
+        lat += 2 * ((n // N - 1) * intra_lat + levels * net_lat)
+        lat += 2 * ((levels - w) * group.tree_extra_us + w * group.wan_lat_us)
         tree_bus = bus * TREE_BW_FACTOR
         if protocol == "LL":
             tree_bus = min(tree_bus * LL_BW_FACTOR["tree"], LL_MAX_GBPS[min(N, 3)] if N > 1 else math.inf)
@@ -179,7 +241,7 @@ def collective_time_s(op: str, nbytes: float, gpus, topo: Wiring, profile: Profi
     members = tuple(gpus)
     if len(topo.nodes_spanned(members)) < 2:
         raise ValueError(f"GPUs {list(members)} lie on one node: comm.py prices them (collectives.call_cost)")
-    group = describe_group(members, topo)
+    group = describe_group(members, topo, profile)
     bus, bound = bus_gbps(op, group, profile)
     times = {a: _best(op, nbytes, group, a, bus) for a in ALGORITHMS}
     usable = {a: v for a, v in times.items() if v is not None}
@@ -191,8 +253,31 @@ def collective_time_s(op: str, nbytes: float, gpus, topo: Wiring, profile: Profi
         "algorithm": chosen, "protocol": protocol, "bus_gbps": bus, "bound": bound, "link": "NET",
         "times_s": {a: (v[0] if v else None) for a, v in times.items()},
         "network_bytes_per_gpu": network_bytes_per_gpu(op, nbytes, group),
-        "source": f"{TUNING} latency/bandwidth model; bus bandwidth min(node ring, k x NIC share)",
+        "regions": group.regions, "wan_s": _wan_s(op, nbytes, group, profile, algorithm, time_s),
+        "source": f"{TUNING} latency/bandwidth model; bus bandwidth min(node ring, k x NIC share, WAN share)",
     }
+
+
+def _wan_s(op, nbytes, group: Group, profile, algorithm: str, time_s: float) -> float:
+    """Seconds of the collective the WAN costs: its time less the time with the WAN as fast and near as
+    the region's own network."""
+    if group.regions < 2:
+        return 0.0
+    local = replace(group, regions=1, wan_gbps=math.inf, wan_lat_us=0.0)
+    bus, _ = bus_gbps(op, local, profile)
+    options = {a: _best(op, nbytes, local, a, bus) for a in ALGORITHMS}
+    usable = [v[0] for a, v in options.items() if v is not None and algorithm in ("auto", a)]
+    without = min(usable) if usable else options["ring"][0]
+    return max(0.0, time_s - without)
+
+
+def wan_share(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile | None = None) -> float:
+    """The fraction of one collective's time the WAN costs (0 for a group inside one region)."""
+    members = tuple(gpus)
+    if len(topo.nodes_spanned(members)) < 2 or len(getattr(topo, "regions_spanned", lambda g: (0,))(members)) < 2:
+        return 0.0
+    time_s, detail = collective_time_s(op, nbytes, members, topo, profile)
+    return detail["wan_s"] / time_s if time_s > 0 else 0.0
 
 
 def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all_reduce",

@@ -1,7 +1,8 @@
 """`predict(run, topology, profile)`: the engine's formula for one run on one topology.
 
 The engine (who runs the strategy: PyTorch's DDP/ZeroRedundancyOptimizer/FSDP2, or DeepSpeed's ZeRO)
-is chosen from a table; each engine's module holds its formula.
+is chosen from a table; each engine's module holds its formula. A `module:function` model is measured,
+not counted: its compute, activations and host time come from its model profile (profiled.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from topowise.costmodel.deepspeed import predict_deepspeed
 from topowise.costmodel.prediction import Prediction
 from topowise.costmodel.profile import Profile, default_profile
+from topowise.costmodel.profiled import predict_profiled, require_profile
 from topowise.costmodel.step import predict_pytorch
+from topowise.errors import UsageError
 from topowise.run import Run, place
 
 ENGINES = {"pytorch": predict_pytorch, "deepspeed": predict_deepspeed}
@@ -20,4 +23,9 @@ def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
     fabric "pcie" predicts on the same GPUs with the NVLink links taken away."""
     run = place(run, topology)  # on the real wiring, so a pcie what-if keeps hsdp's groups
     wired = topology.without_nvlink() if run.fabric == "pcie" else topology
+    if run.model.family == "callable":
+        if run.engine != "pytorch":
+            raise UsageError(f"a module:function model is predicted from its model profile as PyTorch runs it, "
+                             f"not as {run.engine} does: drop --engine {run.engine}")
+        return predict_profiled(require_profile(run), wired, profile or default_profile())
     return ENGINES[run.engine](run, wired, profile or default_profile())

@@ -83,6 +83,8 @@ class Prediction:
             "micro_batch": self.micro_batch,
             "seq_len": self.seq_len,
             "activation_checkpointing": self.activation_checkpointing,
+            "checkpointing": self.run.checkpointing,
+            "selective_ac_option": self.run.selective_ac_option,
             "fabric": self.fabric,
             "shard_group_size": self.shard_group_size,
             "step_time_s": self.step_time_s,

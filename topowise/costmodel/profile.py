@@ -11,6 +11,10 @@ Communication defaults, derived in `_comm_defaults` (arithmetic shown there):
   (NVLink 4: 478 GB/s; PCIe Gen5 x16: 63 GB/s);
 - latency (alpha) = t(1 MiB) measured - t(1 MiB) predicted by the bandwidth term alone, where
   t = S * factor / busbw (nccl-tests: busbw = S/t * factor).
+
+Groups of more than 2 GPUs on an NVSwitch (`nvswitch_ring_scale`, `nvls_*`): published 8-GPU
+nccl-tests figures against those 2-GPU rows (docs/nvswitch.md). `encryption_gbps_per_core`: measured
+with `cryptography` on a stated host (docs/encryption.md).
 """
 
 from __future__ import annotations
@@ -98,6 +102,28 @@ HOST_S_PER_LAYER: dict[str, float] = {
     "zero3/forward": 2.187e-3, "zero3/backward": 2.742e-3, "zero3/optimizer": 0.347e-3,
 }
 
+# NVLink groups of more than two GPUs on an NVSwitch board (costmodel/comm.py). The defaults above are
+# 2-GPU measurements; published 8-GPU nccl-tests figures say how a ring's achieved fraction moves with n:
+# 8x H100 SXM reaches ~370 GB/s busbw with NCCL_ALGO=Ring, for all_reduce and for the other collectives
+# (NVIDIA/nccl-tests issue 212, maintainer; 368.8 GB/s all_reduce with NVLS off in issue 309), against
+# 329 / 267 / 274 GB/s all_reduce / all_gather / reduce_scatter on 2x H200, the same NVLink 4 and line rate.
+RING_BUSBW_8GPU_NVLINK4 = 370.0
+NVSWITCH_RING_SCALE_8: dict[str, float] = {
+    op: round(RING_BUSBW_8GPU_NVLINK4 / MEASURED_BUSBW[("NV", op)][GIB], 4)
+    for op in ("all_reduce", "all_gather", "reduce_scatter")}
+# NVLink SHARP all-reduce: each GPU moves S (1 + 1/n) bytes each way (multimem loads reduce in the switch,
+# multimem stores multicast), so busbw <= line x 2(n-1)/(n+1); 8x H200 reaches 475 GB/s busbw
+# (NVIDIA/nccl-tests issue 272): 475 / (478 x 14/9) of that bound.
+NVLS_BUSBW_8GPU_H200 = 475.0
+NVLS_EFFICIENCY = round(NVLS_BUSBW_8GPU_H200 / (MEASURED_LINE_GBPS["NV"] * 2 * 7 / 9), 4)
+NVLS_LATENCY_S = 25e-6  # NCCL's tuner: hwLatencies[NVLINK][NVLS][Simple] = 25 us (src/graph/tuning.cc)
+
+# GB/s one host core encrypts and authenticates (AEAD seal of 1 MiB buffers through the `cryptography`
+# package, i.e. OpenSSL): topowise.calibrate.crypto on the machine named in ENCRYPTION_WHERE, median of 3 runs.
+ENCRYPTION_GBPS_PER_CORE: dict[str, float] = {"aes-gcm": 9.32, "chacha20": 3.58}
+ENCRYPTION_WHERE = ("measure_encryption on an AMD EPYC (Zen 4) VM, 2 cores, VAES/VPCLMULQDQ, cryptography 50.0.2 "
+                    "with OpenSSL 4.0.3, 2026-12-01, docs/results/2026-12-01-cpu-encryption")
+
 _SOURCES = {
     "compute_efficiency": f"{H200_STEP_FIT} (the bf16 8192^3 matmul alone reaches 0.80 of the datasheet peak)",
     "hbm_efficiency": (f"{H200_RUN}: the fused AdamW step (3352 GB/s) and the fp32 cross-entropy (3702 GB/s) "
@@ -118,6 +144,19 @@ _SOURCES = {
     "memory_headroom": "stated choice: a plan must leave 5% of GPU memory free to count as fitting",
     "peak_flops": ("0: the datasheet bf16 dense peak of the GPU (hardware.py); calibrate sets it where there is none "
                    "(CPU)"),
+    **{f"nvswitch_ring_scale.{op}": (
+        f"8x H100 SXM ~{RING_BUSBW_8GPU_NVLINK4:g} GB/s busbw with NCCL_ALGO=Ring (NVIDIA/nccl-tests issues 212 and "
+        f"309) / {MEASURED_BUSBW[('NV', op)][GIB]:g} GB/s on 2x H200 ({MEASURED_WHERE}) = {v:.3f}; linear in 1/n "
+        "between 2 and 8 GPUs") for op, v in NVSWITCH_RING_SCALE_8.items()},
+    "nvls_efficiency": (f"8x H200 all_reduce {NVLS_BUSBW_8GPU_H200:g} GB/s busbw with NVLS (NVIDIA/nccl-tests "
+                        f"issue 272) / (478 GB/s x 2(n-1)/(n+1) at n=8) = {NVLS_EFFICIENCY:.3f}; 8x H100: ~480 "
+                        "(issue 212)"),
+    "nvls_latency_s": "NCCL's tuner constant for NVLS over NVLink, Simple protocol: 25 us (src/graph/tuning.cc)",
+    "nvls_enabled": ("NCCL's default NCCL_NVLS_ENABLE=2: on wherever the driver reports multicast support "
+                     "(NVSwitch gen 3+, NCCL >= 2.17; src/transport/nvls.cc); false = NCCL_NVLS_ENABLE=0"),
+    **{f"encryption_gbps_per_core.{k}": (
+        f"{ENCRYPTION_WHERE}: {k} {v:g} GB/s on one core (1 MiB buffers, encrypt + tag); "
+        "`openssl speed` beside it there") for k, v in ENCRYPTION_GBPS_PER_CORE.items()},
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -143,6 +182,15 @@ class Profile:
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER))
+    # NVLink groups of more than 2 GPUs on an NVSwitch (comm.py): op -> an 8-GPU ring's achieved
+    # fraction over the 2-GPU one (ops not named: 1)
+    nvswitch_ring_scale: dict[str, float] = field(default_factory=lambda: dict(NVSWITCH_RING_SCALE_8))
+    # NVLink SHARP all-reduce (NVSwitch gen 3+): achieved fraction of its traffic bound, latency, on/off
+    nvls_efficiency: float = NVLS_EFFICIENCY
+    nvls_latency_s: float = NVLS_LATENCY_S
+    nvls_enabled: bool = True  # False: NCCL_NVLS_ENABLE=0
+    # GB/s one host core encrypts and authenticates, "aes-gcm" / "chacha20" (costmodel/encryption.py)
+    encryption_gbps_per_core: dict[str, float] = field(default_factory=lambda: dict(ENCRYPTION_GBPS_PER_CORE))
     fingerprint: str = ""  # "" for the default; calibrate writes machine + date + versions
     sources: dict = field(default_factory=lambda: dict(_SOURCES, **_COMM_SOURCES))
 
@@ -179,6 +227,10 @@ class Profile:
             default = getattr(base, name)
             if isinstance(default, dict):
                 values[name] = dict(default, **data[name])  # a partial profile keeps the other defaults
+            elif isinstance(default, bool):
+                if not isinstance(data[name], bool):
+                    raise UsageError(f"{where}: {name} must be true or false, not {data[name]!r}")
+                values[name] = data[name]
             else:
                 values[name] = type(default)(data[name])
         return replace(base, **values)

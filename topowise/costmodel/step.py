@@ -3,8 +3,12 @@
     step_time = compute + memory-bound work + optimizer step + exposed communication
 
 - compute: hardware FLOPs per token (flops.py) x tokens per GPU / (datasheet bf16 peak x
-  Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest (plus the
-  recomputed forward with checkpointing).
+  Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest plus what
+  checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every block, selective
+  every k-th block's forward, per-op selective the matmuls it does not keep (the attention output
+  projection: every second matmul of the four, whose output the rest of the block needs again).
+  Per-op selective also reruns the blocks' cheap ops: their forward's share of the elementwise
+  traffic below (for "full" that traffic is inside the calibrated rates the full cases were fitted with).
 - memory-bound work on the compute stream, over HBM bandwidth (hardware.py) x Profile.hbm_efficiency:
   the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 12+4, nll gradient 4, log_softmax
   backward 12+4, cast back 4+2 = 48 bytes; a vocabulary row of 128k-152k fp32 logits does not fit in
@@ -33,11 +37,18 @@ from topowise import hardware
 from topowise.costmodel import comm as comm_mod
 from topowise.costmodel.collectives import strategy_collectives
 from topowise.costmodel.flops import (
+    FLASH_FORWARD_SHARE,
+    attention_flops_per_token,
     hardware_flops_per_token,
     hardware_forward_flops_per_token,
     training_flops_per_token,
 )
-from topowise.costmodel.memory import activation_bytes_per_token_per_layer, estimate_memory, fits
+from topowise.costmodel.memory import (
+    activation_bytes_per_token_per_layer,
+    checkpointed_blocks,
+    estimate_memory,
+    fits,
+)
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
 from topowise.errors import UsageError
@@ -49,6 +60,18 @@ AUTOCAST_FORWARD_BYTES_PER_PARAM = 6  # of which the forward's: the weight cast
 FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
+
+
+def recompute_flops_per_token(run: Run) -> float:
+    """FLOPs the backward spends recomputing, per token: a block's forward (2 x its parameters + the
+    causal flash forward) for each block recomputed whole; per-op selective, the output projection
+    of every block (2 q h), the one matmul of the four whose output the backward needs again."""
+    model = run.model
+    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+        return 2.0 * model.num_layers * model.num_heads * model.head_dim * model.hidden_size
+    block = 2.0 * model.layer_params + FLASH_FORWARD_SHARE * attention_flops_per_token(model, run.seq_len) \
+        / model.num_layers
+    return checkpointed_blocks(run) * block
 
 
 def exposed_time(hideable_s: float, window_s: float, overlap: float) -> float:
@@ -72,7 +95,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     peak = peak_flops(topology, profile)
     rate = peak * profile.compute_efficiency
     model_flops = training_flops_per_token(model, run.seq_len) * tokens
-    compute_s = hardware_flops_per_token(model, run.seq_len, run.activation_checkpointing) * tokens / rate
+    compute_s = (hardware_flops_per_token(model, run.seq_len) + recompute_flops_per_token(run)) * tokens / rate
     forward_s = hardware_forward_flops_per_token(model, run.seq_len) * tokens / rate
     backward_s = compute_s - forward_s
 
@@ -94,6 +117,8 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         model, autocast=autocast) * tokens * model.num_layers
     fwd_bytes += act / 2
     copy_bytes += act
+    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+        copy_bytes += act / 2  # the cheap ops' forward again, in the backward
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 

@@ -84,6 +84,10 @@ def accelerate_config(plan: LaunchPlan) -> str:
     lines += [f"# warning: {w}" for w in plan.warnings]
     if plan.activation_checkpointing and config_is_deepspeed(plan):
         lines.append("# activation checkpointing: enable it in the model (e.g. gradient_checkpointing_enable())")
+    if getattr(plan, "checkpointing", "") == "selective" and not config_is_deepspeed(plan):
+        lines.append("# selective checkpointing is no accelerate option: fsdp_activation_checkpointing is full "
+                     "(less memory, more recompute than planned); for per-op selective, wrap the blocks with "
+                     "torch.utils.checkpoint.create_selective_checkpoint_contexts")
     for key, value in accelerate_settings(plan).items():
         if isinstance(value, dict):
             lines.append(f"{key}:")

@@ -16,10 +16,21 @@ from __future__ import annotations
 
 import shlex
 
+from topowise.errors import UsageError
+from topowise.topology.cluster import network_spec
+
 RDZV_PORT = 29500  # torchrun's default master port
 HEAD = "$HEAD_NODE"  # in per-node commands: the first node's hostname, set by the user
 
-RDMA_KINDS = ("ib-ndr", "ib-hdr", "roce-400", "roce-200")
+
+
+def is_rdma(kind: str) -> bool:
+    """The network runs NCCL's RDMA transport (InfiniBand, RoCE, a custom `-rdma` link), not TCP sockets."""
+    try:
+        spec = network_spec(kind) if kind else None
+    except UsageError:
+        return False
+    return spec is not None and spec.transport != "socket"
 
 
 def nccl_network_env(kind: str, nic_names=(), socket_ifname: str = "") -> dict[str, str]:
@@ -31,7 +42,7 @@ def nccl_network_env(kind: str, nic_names=(), socket_ifname: str = "") -> dict[s
     """
     env: dict[str, str] = {}
     hcas = [n for n in nic_names if n.startswith(("mlx5_", "mlx4_", "bnxt_re", "irdma"))]
-    if kind in RDMA_KINDS and hcas:
+    if is_rdma(kind) and hcas:
         env["NCCL_IB_HCA"] = ",".join(hcas)
     if socket_ifname:
         env["NCCL_SOCKET_IFNAME"] = socket_ifname
@@ -41,13 +52,13 @@ def nccl_network_env(kind: str, nic_names=(), socket_ifname: str = "") -> dict[s
 def network_notes(kind: str, env: dict[str, str]) -> list[str]:
     """Comment lines for what the plan cannot know (interface names), said where to set them."""
     notes = []
-    if kind in RDMA_KINDS and "NCCL_IB_HCA" not in env:
+    if is_rdma(kind) and "NCCL_IB_HCA" not in env:
         notes.append("set NCCL_IB_HCA to this cluster's HCAs (e.g. mlx5_0,mlx5_1,...; `ibv_devices` lists them) "
                      "to keep NCCL off management NICs")
     if "NCCL_SOCKET_IFNAME" not in env:
         notes.append("set NCCL_SOCKET_IFNAME to the interface between nodes (e.g. eth0; `ip -br addr`) if NCCL "
                      "picks the wrong one" + (": on plain Ethernet all collective traffic goes through it"
-                                               if kind not in RDMA_KINDS else ""))
+                                               if not is_rdma(kind) else ""))
     return notes
 
 

@@ -25,6 +25,8 @@ class LaunchPlan:
     seq_len: int
     activation_checkpointing: bool
     shard_group_size: int | None = None
+    checkpointing: str = ""  # none | selective | full (run.CHECKPOINTING); "" = from activation_checkpointing
+    selective_ac_option: str = "op"  # with selective: "op" (per op) or k (every k-th block)
     fabric: str = "nvlink"
     step_time_s: float = 0.0
     tokens_per_s: float = 0.0
@@ -38,6 +40,12 @@ class LaunchPlan:
     network: str = ""  # the cluster's network kind (ib-ndr, roce-200, eth-100, ...)
     nic_names: tuple[str, ...] = ()  # the node's NICs, for NCCL_IB_HCA where they are RDMA devices
     engine: str = "pytorch"  # whose ZeRO the prediction is: pytorch (FSDP2) or deepspeed (plan --engine)
+    nccl_algo: str = ""  # across nodes: "ring"/"tree" when the model expects it to beat NCCL's choice (nccl_advice)
+    nccl_reason: str = ""  # why NCCL_ALGO is set, or why NCCL is left alone (a comment in the exports)
+
+    def __post_init__(self) -> None:
+        if not self.checkpointing:  # plans written before the modes: the flag alone
+            object.__setattr__(self, "checkpointing", "full" if self.activation_checkpointing else "none")
 
     @property
     def spec(self) -> Strategy:
@@ -74,7 +82,14 @@ class LaunchPlan:
             env["NCCL_P2P_DISABLE"] = "1"  # the --fabric pcie what-if: NCCL keeps off NVLink
         if self.num_nodes > 1:
             env.update(nccl_network_env(self.network, self.nic_names))
+        if self.nccl_algo:
+            env["NCCL_ALGO"] = f"allreduce:{self.nccl_algo}"  # NCCL's per-collective form (nccl_advice.py)
         return env
+
+    @property
+    def nccl_notes(self) -> list[str]:
+        """Comment lines: why NCCL_ALGO is set, or why NCCL is left alone (plans across nodes)."""
+        return [self.nccl_reason] if self.nccl_reason else []
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -91,7 +106,11 @@ class LaunchPlan:
         groups = ""
         if self.shard_groups:
             groups = " (shard groups " + ",".join("{" + ",".join(map(str, g)) + "}" for g in self.shard_groups) + ")"
-        ac = ", activation checkpointing" if self.activation_checkpointing else ""
+        ac = ""
+        if self.activation_checkpointing:
+            mode = self.checkpointing
+            option = f" ({self.selective_ac_option})" if mode == "selective" else ""
+            ac = f", {mode}{option} activation checkpointing"
         engine = f" as DeepSpeed runs it (ZeRO-{self.spec.deepspeed_stage})" if self.engine == "deepspeed" else ""
         where = f"{self.num_nodes} nodes x GPUs {','.join(map(str, self.local_gpus))}" if self.num_nodes > 1 else \
             f"GPUs {','.join(map(str, self.gpus))}"
@@ -112,10 +131,16 @@ class LaunchPlan:
             raise UsageError(f"the plan puts {sorted(counts.values())} GPUs on its nodes; torchrun and Slurm start the "
                              "same number on every node (plan with --num-gpus a multiple of the nodes used)")
         network = topo.network  # None on a single node
+        advice = None
+        if len(counts) > 1:
+            from topowise.nccl_advice import advise
+
+            advice = advise(pred, topo, result.profile)
         return cls(
             model=result.model, topology=topo.name, strategy=plan.strategy, gpus=tuple(plan.gpus),
             micro_batch=plan.micro_batch, seq_len=result.seq_len,
             activation_checkpointing=plan.activation_checkpointing, shard_group_size=plan.shard_group_size,
+            checkpointing=pred.run.checkpointing, selective_ac_option=str(pred.run.selective_ac_option),
             fabric=result.fabric, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s,
             peak_memory_bytes=pred.memory.peak_bytes, gpu_memory_bytes=pred.memory.gpu_memory_bytes,
             link_gbps=None if link is None or link == float("inf") else link,
@@ -123,6 +148,7 @@ class LaunchPlan:
             network=network.kind if network else "",
             nic_names=tuple(n.name for n in topo.node.nics) if network else (),
             engine=pred.engine,
+            nccl_algo=advice.algorithm if advice else "", nccl_reason=advice.reason if advice else "",
         )
 
     # --- JSON ----------------------------------------------------------------------------------
@@ -138,6 +164,8 @@ class LaunchPlan:
                 "micro_batch": self.micro_batch,
                 "seq_len": self.seq_len,
                 "activation_checkpointing": self.activation_checkpointing,
+                "checkpointing": self.checkpointing,
+                "selective_ac_option": self.selective_ac_option,
                 "shard_group_size": self.shard_group_size,
                 "fabric": self.fabric,
                 "step_time_s": self.step_time_s,
@@ -153,6 +181,7 @@ class LaunchPlan:
             "num_nodes": self.num_nodes,
             "network": self.network,
             "nic_names": list(self.nic_names),
+            "nccl": {"algo": self.nccl_algo, "reason": self.nccl_reason},
             "nproc": self.nproc,
             "env": self.env,
         }
@@ -171,6 +200,8 @@ class LaunchPlan:
                 model=str(data["model"]), topology=str(data["topology"]), strategy=str(p["strategy"]),
                 gpus=gpus, micro_batch=int(p["micro_batch"]), seq_len=int(p["seq_len"]),
                 activation_checkpointing=bool(p["activation_checkpointing"]),
+                checkpointing=str(p.get("checkpointing", "")),
+                selective_ac_option=str(p.get("selective_ac_option", "op")),
                 shard_group_size=None if p.get("shard_group_size") is None else int(p["shard_group_size"]),
                 fabric=str(p.get("fabric", "nvlink")), step_time_s=float(p.get("step_time_s", 0.0)),
                 tokens_per_s=float(p.get("tokens_per_s", 0.0)),
@@ -181,6 +212,8 @@ class LaunchPlan:
                 why=str(p.get("why", "")), num_nodes=int(data.get("num_nodes", 1)),
                 network=str(data.get("network", "")), nic_names=tuple(str(n) for n in data.get("nic_names", ())),
                 engine=str(p.get("engine", "pytorch")),
+                nccl_algo=str((data.get("nccl") or {}).get("algo", "")),
+                nccl_reason=str((data.get("nccl") or {}).get("reason", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: plan JSON is missing or has a bad field ({exc})") from None
@@ -190,6 +223,8 @@ class LaunchPlan:
             raise UsageError(f"{where}: fabric {plan.fabric!r} is neither nvlink nor pcie")
         if plan.engine not in ENGINES:
             raise UsageError(f"{where}: engine {plan.engine!r} is not one of {', '.join(ENGINES)}")
+        if plan.nccl_algo not in ("", "ring", "tree"):
+            raise UsageError(f"{where}: nccl.algo {plan.nccl_algo!r} is not ring, tree or empty")
         try:
             plan = replace(plan, strategy=normalize_strategy(plan.strategy))
             if plan.engine == "deepspeed" and plan.spec.deepspeed_stage is None:

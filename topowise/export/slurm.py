@@ -15,7 +15,7 @@ from topowise.export.torchrun import script_args
 def sbatch_script(plan: LaunchPlan, command=("train.py",), job_name: str | None = None) -> str:
     """One script for one node or many: --nodes N, one srun task per node, each a torchrun."""
     subset = plan.node_gpus > plan.nproc_per_node
-    notes = list(multinode.network_notes(plan.network, plan.env)) if plan.num_nodes > 1 else []
+    notes = list(multinode.network_notes(plan.network, plan.env)) + plan.nccl_notes if plan.num_nodes > 1 else []
     if subset:
         notes.append(f"the whole node is held so that these {plan.nproc_per_node} GPUs are the ones the plan chose")
     return multinode.sbatch_multinode(

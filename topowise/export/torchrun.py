@@ -57,7 +57,8 @@ def torchrun_script(plan: LaunchPlan, command=("train.py",)) -> str:
     if plan.num_nodes > 1:
         env = dict(plan.env, OMP_NUM_THREADS="1")
         return multinode.torchrun_per_node(plan.num_nodes, plan.nproc_per_node, script_args(command), env,
-                                           plan.summary(), plan.warnings, multinode.network_notes(plan.network, env))
+                                           plan.summary(), plan.warnings,
+                                           multinode.network_notes(plan.network, env) + plan.nccl_notes)
     argv, env = launch_config(plan, command)
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]

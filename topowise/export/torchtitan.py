@@ -1,7 +1,8 @@
 """torchtitan: the `torchtitan.train` overrides that express a plan.
 
 Flag names as in torchtitan's config dataclasses (torchtitan/config/configs.py: ParallelismConfig,
-ActivationCheckpointConfig, TrainingConfig). The model itself comes from your torchtitan config
+ActivationCheckpointConfig, TrainingConfig; activation_checkpoint.mode none | selective | full and
+selective_ac_option "op" or an integer k, as in torchtitan 0.1-0.2). The model itself comes from your torchtitan config
 (`--module ... --config ...`, or `--job.config_file` in older releases); these flags override it.
 """
 
@@ -10,6 +11,11 @@ from __future__ import annotations
 import shlex
 
 from topowise.export.plan import LaunchPlan
+
+
+def plan_checkpointing(plan: LaunchPlan) -> tuple[str, str]:
+    """(mode, selective_ac_option) of the plan."""
+    return plan.checkpointing, str(plan.selective_ac_option or "op")
 
 
 def torchtitan_args(plan: LaunchPlan) -> list[str]:
@@ -29,8 +35,11 @@ def torchtitan_args(plan: LaunchPlan) -> list[str]:
     ]
     if reshard and shard > 1:
         args += ["--parallelism.fsdp_reshard_after_forward", reshard]
+    mode, option = plan_checkpointing(plan)
+    args += ["--activation_checkpoint.mode", mode]
+    if mode == "selective":
+        args += ["--activation_checkpoint.selective_ac_option", option]
     args += [
-        "--activation_checkpoint.mode", "full" if plan.activation_checkpointing else "none",
         "--training.local_batch_size", str(plan.micro_batch),
         "--training.seq_len", str(plan.seq_len),
     ]

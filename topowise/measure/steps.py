@@ -93,8 +93,7 @@ def prepare_case(case: TrainCase, rank):
         torch.backends.cudnn.allow_tf32 = True
         measured_peak = measure_matmul_flops()
     model = build_model(case.run.model, case.run.seq_len, rank.device, case.seed)
-    if case.run.activation_checkpointing:
-        S.apply_activation_checkpointing(model)
+    S.apply_checkpointing(model, case.run.checkpointing, case.run.selective_ac_option)
     if case.run.compile:
         S.apply_compile(model)
     return measured_peak, model
@@ -102,6 +101,10 @@ def prepare_case(case: TrainCase, rank):
 
 def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     """One strategy's run on this rank as PyTorch runs it (DDP, ZeroRedundancyOptimizer, FSDP2)."""
+    if case.run.model.family == "callable":  # a module:function model: its own build, batch and loss
+        from topowise.measure.model_profile import train_callable
+
+        return train_callable(case, rank, trace_dir)
     import torch
     import torch.nn.functional as F
     from torch.profiler import record_function

@@ -117,10 +117,66 @@ def apply_hsdp(model: nn.Module, mesh_2d, **kwargs) -> nn.Module:
 
 def apply_activation_checkpointing(model: nn.Module) -> None:
     """Recompute each block's activations in the backward (non-reentrant checkpoint), in place."""
+    apply_checkpointing(model, "full")
+
+
+def apply_checkpointing(model: nn.Module, mode: str, option: str = "op") -> None:
+    """Activation checkpointing as torchtitan applies it (torchtitan/distributed/activation_checkpoint.py),
+    in place, before the strategy's wrap: "full" wraps every block in a non-reentrant checkpoint;
+    "selective" with option "op" wraps every block in a selective one (`selective_checkpoint_policy`),
+    with an integer k every k-th block (0, k, 2k, ...) in a full one; "none" leaves the model alone.
+    No block draws random numbers (no dropout): the RNG state is not saved and restored."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for index, block in enumerate(model.layers):
-        model.layers[index] = checkpoint_wrapper(block, preserve_rng_state=False)
+    if mode == "none":
+        return
+    if mode == "selective" and option == "op":
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        def contexts():
+            return create_selective_checkpoint_contexts(selective_checkpoint_policy())
+
+        wrap = lambda block: checkpoint_wrapper(block, context_fn=contexts, preserve_rng_state=False)
+        chosen = range(len(model.layers))
+    else:
+        every = 1 if mode == "full" else int(option)
+        wrap = lambda block: checkpoint_wrapper(block, preserve_rng_state=False)
+        chosen = range(0, len(model.layers), every)
+    for index in chosen:
+        model.layers[index] = wrap(model.layers[index])
+
+
+def saved_ops() -> set:
+    """The operators whose outputs selective checkpointing keeps: torchtitan's _save_list (matrix
+    products, the SDPA kernels, FSDP's reduce-scatter, max), with addmm counted as a matrix product
+    (a Linear with a bias: Qwen2's qkv, GPT-2's) so that every block keeps the same products."""
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu", "max")
+    ops = {getattr(aten, name).default for name in names if hasattr(aten, name)}
+    ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    return ops
+
+
+def selective_checkpoint_policy():
+    """torchtitan's per-op policy (SelectiveAC): keep what `saved_ops` lists, except every second matrix
+    product of the block's forward (counted separately in the forward and in the recompute, so both see
+    the same products), and recompute everything else (norms, rotary, SwiGLU's elementwise work, casts)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    save = saved_ops()
+    mm_ops = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.linear.default)
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        key = "recompute" if ctx.is_recompute else "forward"
+        if func in mm_ops:
+            counts[key] += 1
+        if func in save and not (func in mm_ops and counts[key] % 2 == 0):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
 
 
 def apply_compile(model: nn.Module) -> None:

@@ -134,7 +134,9 @@ def check_engine(engine: str, strategies: tuple[str, ...]) -> None:
 
 def validate_sizes(spec: ModelSpec, *, micro_batch: int, seq_len: int, steps: int, warmup: int, nproc: int,
                    timeout_s: float) -> None:
-    for flag, value, least in (("--micro-batch", micro_batch, 1), ("--seq-len", seq_len, 2),
+    # a module:function model without a sequence (vision, recommendation) counts items with --seq-len 1
+    least_seq = 1 if spec.family == "callable" else 2
+    for flag, value, least in (("--micro-batch", micro_batch, 1), ("--seq-len", seq_len, least_seq),
                                ("--steps", steps, 1), ("--warmup", warmup, 0), ("--nproc", nproc, 1)):
         if value < least:
             raise UsageError(f"{flag} must be at least {least}, not {value}")
@@ -143,7 +145,7 @@ def validate_sizes(spec: ModelSpec, *, micro_batch: int, seq_len: int, steps: in
     if spec.max_positions and seq_len > spec.max_positions:
         raise UsageError(f"{spec.name} has {spec.max_positions} learned positions: use --seq-len "
                          f"{spec.max_positions} or less, not {seq_len}")
-    if spec.family not in ("llama", "gpt2"):
+    if spec.family not in ("llama", "gpt2", "callable"):
         raise UsageError(f"model family {spec.family!r} is not built by bench train; llama and gpt2 are")
 
 
@@ -413,6 +415,8 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
         "fabric": run.fabric,
         "device": case.device,
         "activation_checkpointing": run.activation_checkpointing,
+        "checkpointing": run.checkpointing,
+        "selective_ac_option": run.selective_ac_option,
         "compile": run.compile,
         "gpu_name": result.get("gpu_name"),
         "torch_version": result.get("torch_version"),

@@ -1,5 +1,9 @@
 """Candidates: strategy x GPU subset x micro-batch x activation checkpointing, island-aware.
 
+Checkpointing takes three values, in order of memory saved and time spent: False (none),
+"selective" (per op: torchtitan's default), True (full). They go into Run.activation_checkpointing,
+which takes a mode's name as well as a bool (the run's `checkpointing` then says which).
+
 GPU subsets are never all C(n, k): for k GPUs we take the topology's best subset (fewest NVLink
 islands, fastest ring), the first k indices (what people type), and a spread across islands (what a
 scheduler may hand out), so the ranking can show what placement alone is worth.
@@ -10,10 +14,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from topowise.planner.regions import region_sizes
 from topowise.run import STRATEGIES
 from topowise.topology.model import Topology
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+CHECKPOINTING_CHOICES: tuple[bool | str, ...] = (False, "selective", True)  # none, selective per op, full
 COMMON_SHARD_SIZES = (2, 4, 8)  # shard groups people use even where no island has that size
 
 
@@ -22,7 +28,7 @@ class Candidate:
     strategy: str
     gpus: tuple[int, ...]
     micro_batch: int
-    activation_checkpointing: bool
+    activation_checkpointing: bool | str  # one of CHECKPOINTING_CHOICES
     shard_group_size: int | None = None
     placement: str = "best"  # best | first | spread | given
 
@@ -87,6 +93,7 @@ def shard_group_sizes(topo: Topology, k: int) -> tuple[int, ...]:
     sizes = {len(isl) for isl in topo.islands()} | set(COMMON_SHARD_SIZES)
     if topo.num_nodes > 1:  # a cluster: shard groups of 1, 2 or 4 whole nodes too
         sizes |= {m * topo.gpus_per_node for m in (1, 2, 4)}
+    sizes |= set(region_sizes(topo))  # regions: a shard group per region keeps sharding off the WAN
     return tuple(sorted(s for s in sizes if 1 < s < k and k % s == 0))
 
 
@@ -112,6 +119,6 @@ def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: t
     for k in counts:
         for label, subset in where or placements(topo, k):
             for strategy, shard in strategy_options(topo, k):
-                for ac in (False, True):
+                for ac in CHECKPOINTING_CHOICES:
                     out.extend(Candidate(strategy, subset, mb, ac, shard, label) for mb in mbs)
     return out

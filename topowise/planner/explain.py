@@ -101,7 +101,7 @@ def host_phrase(pred, whose: str = "the") -> str | None:
 
 def facts(p) -> str:
     pred = p.prediction
-    ac = ", activation checkpointing" if p.activation_checkpointing else ""
+    ac = f", {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
     host = host_phrase(pred)
     return (f"{pred.tokens_per_s:,.0f} tokens/s at micro-batch {p.micro_batch}{ac}; {comm_phrase(pred)}; "
             + (f"{host}; " if host else "")
@@ -124,8 +124,9 @@ def contrast(fast, slow) -> str:
         parts.append(text)
     if host_fraction(b) - host_fraction(a) >= NOTABLE_EXPOSED:
         parts.append(f"{plan_label(slow)}: {host_phrase(b, 'its')}")
-    if slow.activation_checkpointing and not fast.activation_checkpointing:
-        parts.append("it recomputes activations in backward")
+    if slow.activation_checkpointing and slow.checkpointing != fast.checkpointing:
+        parts.append(f"it recomputes activations in backward ({slow.prediction.run.checkpoint_words} checkpointing"
+                     + (")" if not fast.activation_checkpointing else f" against {fast.checkpointing})"))
     if slow.micro_batch < fast.micro_batch:
         parts.append(f"micro-batch {slow.micro_batch} against {fast.micro_batch}")
     if not parts:
@@ -133,8 +134,8 @@ def contrast(fast, slow) -> str:
     return f"{pct(ratio)} of the throughput of {plan_label(fast)}: " + "; ".join(parts)
 
 
-def with_why(shown: list, ranked: list, topo) -> list:
-    """The shown plans, each with its `why`."""
+def with_why(shown: list, ranked: list, topo, profile=None) -> list:
+    """The shown plans, each with its `why` (`profile`: the one they were predicted with)."""
     out = []
     for i, p in enumerate(shown):
         if i == 0:
@@ -143,6 +144,9 @@ def with_why(shown: list, ranked: list, topo) -> list:
                           and len(q.gpus) == len(p.gpus)), None)
             if other is not None:
                 why += f". Next best strategy on {len(p.gpus)} GPUs, {plan_label(other)}, gives " + contrast(p, other)
+            advice = nccl_advice_for(p, topo, profile)
+            if advice is not None and advice.algorithm:  # the reason to set NCCL_ALGO (export sets it)
+                why += f". {advice.reason}"
         else:
             why = f"{facts(p)}. " + contrast(shown[0], p)
         out.append(replace(p, why=why))
@@ -154,10 +158,23 @@ def _best(plans, pred) -> object | None:
     return next((p for p in plans if pred(p)), None)
 
 
-def notes(ranked: list, topo, infeasible: Iterable = ()) -> list[str]:
+def nccl_advice_for(p, topo, profile=None):
+    """NCCL_ALGO advice for a plan across nodes (topowise/nccl_advice.py); None inside one node."""
+    if len(topo.nodes_spanned(p.gpus)) < 2:
+        return None
+    from topowise.nccl_advice import advise
+
+    return advise(p.prediction, topo, profile)
+
+
+def notes(ranked: list, topo, infeasible: Iterable = (), profile=None) -> list[str]:
     """What the ranking shows about placement: fewer GPUs in one island against more across islands;
-    the same GPU count inside one island against spread across islands; and what sharding bought."""
+    the same GPU count inside one island against spread across islands; and what sharding bought;
+    across nodes, whether the best plan should set NCCL_ALGO."""
     out: list[str] = []
+    advice = nccl_advice_for(ranked[0], topo, profile) if ranked else None
+    if advice is not None:
+        out.append(advice.reason)
     spans = lambda p: p.prediction.islands_spanned
     counts = sorted({len(p.gpus) for p in ranked})
     # the largest count that fits in one island against the next count up, which must span islands

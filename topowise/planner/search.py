@@ -12,16 +12,16 @@ Pruning (the search on an 8-GPU node is a few hundred predictions, well under a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from topowise.costmodel.predict import predict
 from topowise.costmodel.prediction import Prediction
 from topowise.costmodel.profile import Profile, default_profile
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
-from topowise.planner import explain
+from topowise.planner import explain, regions
 from topowise.planner.candidates import Candidate, enumerate_candidates
-from topowise.run import ENGINES, FABRICS, STRATEGIES, Run
+from topowise.run import CHECKPOINTING, ENGINES, FABRICS, STRATEGIES, Run
 from topowise.topology.model import Topology
 from topowise.units import GIB
 
@@ -31,11 +31,13 @@ class Plan:
     prediction: Prediction  # its run says the strategy, GPUs, micro-batch, checkpointing, shard group
     why: str = ""
     placement: str = "best"
+    wan: dict | None = None  # across regions: what the WAN costs the step (planner/regions.WanCost.to_dict())
 
     strategy = property(lambda self: self.prediction.strategy)
     gpus = property(lambda self: self.prediction.gpus)
     micro_batch = property(lambda self: self.prediction.micro_batch)
     activation_checkpointing = property(lambda self: self.prediction.activation_checkpointing)
+    checkpointing = property(lambda self: self.prediction.run.checkpointing)
     shard_group_size = property(lambda self: self.prediction.shard_group_size)
 
     def to_dict(self) -> dict:
@@ -45,6 +47,8 @@ class Plan:
             "gpus": list(self.gpus),
             "micro_batch": self.micro_batch,
             "activation_checkpointing": self.activation_checkpointing,
+            "checkpointing": self.checkpointing,
+            "selective_ac_option": p.run.selective_ac_option,
             "shard_group_size": self.shard_group_size,
             "step_time_s": p.step_time_s,
             "tokens_per_s": p.tokens_per_s,
@@ -56,6 +60,7 @@ class Plan:
             "exposed_comm_s": p.time.exposed_comm_s,
             "placement": self.placement,
             "why": self.why,
+            **({"wan": self.wan} if self.wan is not None else {}),
         }
 
 
@@ -69,6 +74,7 @@ class Infeasible:
     peak_memory_bytes: int
     gpu_memory_bytes: int
     reason: str
+    checkpointing: str = "none"  # none | selective | full (activation_checkpointing: not none)
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +82,7 @@ class Infeasible:
             "gpus": list(self.gpus),
             "micro_batch": self.micro_batch,
             "activation_checkpointing": self.activation_checkpointing,
+            "checkpointing": self.checkpointing,
             "shard_group_size": self.shard_group_size,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": False,
@@ -97,6 +104,7 @@ class PlanResult:
     feasible: int = 0  # of which fit
     ranked: tuple[Plan, ...] = field(default=(), repr=False, compare=False)  # every distinct feasible plan
     engine: str = "pytorch"  # whose ZeRO the predictions model: pytorch (FSDP2) or deepspeed
+    profile: Profile | None = field(default=None, repr=False, compare=False)  # what they were predicted with
 
     @property
     def best(self) -> Plan | None:
@@ -190,16 +198,18 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
         else:
             missed_memory.add(c.memory_key)
             stopped_groups.add(c.group_key)
-            misses.append(Infeasible(c.strategy, c.gpus, c.micro_batch, c.activation_checkpointing,
+            misses.append(Infeasible(c.strategy, c.gpus, c.micro_batch, pred.run.activation_checkpointing,
                                      c.shard_group_size, pred.memory.peak_bytes, pred.memory.gpu_memory_bytes,
-                                     memory_reason(pred, profile)))
+                                     memory_reason(pred, profile), pred.run.checkpointing))
     return fits, misses, made
 
 
 def rank(plans: list[Plan]) -> list[Plan]:
-    """Fastest first; ties to fewer GPUs, no recompute, less memory. One entry per distinct choice."""
-    ordered = sorted(plans, key=lambda p: (-p.prediction.tokens_per_s, len(p.gpus), p.activation_checkpointing,
-                                           p.prediction.memory.peak_bytes, p.gpus))
+    """Fastest first; ties to fewer GPUs, less recompute (none, selective, full), less memory. One entry
+    per distinct choice."""
+    ordered = sorted(plans, key=lambda p: (-p.prediction.tokens_per_s, len(p.gpus),
+                                           CHECKPOINTING.index(p.checkpointing), p.prediction.memory.peak_bytes,
+                                           p.gpus))
     out: list[Plan] = []
     seen: set[tuple] = set()
     for p in ordered:
@@ -215,9 +225,13 @@ def rank(plans: list[Plan]) -> list[Plan]:
 
 def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
          micro_batches: tuple[int, ...] | None = None, seq_len: int = 4096, profile: Profile | None = None,
-         top: int = 5, fabric: str = "nvlink", engine: str = "pytorch") -> PlanResult:
-    """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring)."""
+         top: int = 5, fabric: str = "nvlink", engine: str = "pytorch",
+         wan_share: float = regions.DEFAULT_WAN_SHARE) -> PlanResult:
+    """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring).
+    wan_share: on a cluster with regions, the WAN share of a step the reasons aim gradient accumulation at."""
     check_inputs(topo, num_gpus, gpus, micro_batches, seq_len, top)
+    if not 0 < wan_share < 1:
+        raise UsageError(f"--wan-share {wan_share!r}: give a fraction between 0 and 1, e.g. 0.1")
     if fabric not in FABRICS:
         raise UsageError(f"--fabric {fabric!r}: give {' or '.join(FABRICS)}")
     if engine not in ENGINES:
@@ -228,9 +242,9 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
     fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile,
                                   engine=engine)
     ranked = rank(fits)
-    shown = tuple(explain.with_why(ranked[:top], ranked, topo))
+    shown = tuple(with_region_why(explain.with_why(ranked[:top], ranked, topo, profile), topo, wan_share))
     misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.gpus), i.micro_batch))
-    notes = explain.notes(ranked, topo)
+    notes = explain.notes(ranked, topo, profile=profile) + regions.notes(ranked, topo, wan_share)
     trade = explain.memory_trade(ranked, misses)
     if trade:
         notes.insert(0, trade)
@@ -241,8 +255,20 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
     return PlanResult(
         model=model.name, topology=topo.name, seq_len=seq_len, fabric=fabric, plans=shown,
         infeasible=tuple(misses), suggestion=suggestion, notes=tuple(notes),
-        evaluated=made, feasible=len(fits), ranked=tuple(ranked), engine=engine,
+        evaluated=made, feasible=len(fits), ranked=tuple(ranked), engine=engine, profile=profile,
     )
+
+
+def with_region_why(shown, topo, wan_share: float) -> list[Plan]:
+    """On a cluster with regions, each plan's why also says what the WAN costs its step (planner/regions.py)."""
+    if not regions.region_groups(topo):
+        return list(shown)
+    out = []
+    for p in shown:
+        extra = regions.reason(p.prediction, topo, wan_share)
+        cost = regions.wan_cost(p.prediction, topo, wan_share)
+        out.append(replace(p, why=f"{p.why}. {extra[0].upper()}{extra[1:]}", wan=cost.to_dict()) if extra else p)
+    return out
 
 
 def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misses: list[Infeasible], *,
@@ -253,7 +279,8 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
     closest = misses[0]  # sorted: least over first
     head = (f"nothing fits; the closest, {explain.label(closest.strategy, closest.gpus, closest.shard_group_size)} "
             f"at micro-batch {closest.micro_batch}"
-            f"{' with activation checkpointing' if closest.activation_checkpointing else ''}, {closest.reason}")
+            f"{f' with {closest.checkpointing} activation checkpointing' if closest.activation_checkpointing else ''}, "
+            f"{closest.reason}")
 
     def first_fit(options) -> tuple[Candidate, Prediction] | None:
         for c in options:
@@ -263,7 +290,7 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
         return None
 
     def words(c: Candidate, pred: Prediction) -> str:
-        ac = " with activation checkpointing" if c.activation_checkpointing else ""
+        ac = f" with {pred.run.checkpoint_words} activation checkpointing" if pred.run.activation_checkpointing else ""
         return (f"{explain.label(c.strategy, c.gpus, c.shard_group_size)} at micro-batch {c.micro_batch}{ac} "
                 f"needs {pred.memory.peak_bytes / GIB:.1f} GiB of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB "
                 f"({pred.tokens_per_s:,.0f} tokens/s)")

@@ -28,6 +28,8 @@ def write_plots(study: Study, out_dir: str | Path) -> dict[str, Path]:
         "memory": plot_memory(study, out_dir / "memory.png"),
         "slowdown": plot_island_slowdown(study, out_dir / "slowdown.png"),
     }
+    if study.networks:
+        paths["networks"] = plot_networks(study, out_dir / "networks.png")
     if study.measured is not None:
         paths["step_breakdown"] = plot_step_breakdown(study, out_dir / "step_breakdown.png")
     for t in study.topologies:
@@ -274,6 +276,36 @@ def plot_step_breakdown(study: Study, path: Path) -> Path | None:
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="///"))
     ax.legend(handles, [*PIECE_COLORS, "hatched: predicted"], loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=9, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def plot_networks(study: Study, path: Path) -> Path | None:
+    """--network: per cluster, tokens/s per GPU of the best plan on each network, its network wait on top."""
+    from topowise.whatif import NetworkOutcome
+
+    views = [(v["topology"], [NetworkOutcome.from_dict(r) for r in v["rows"]]) for v in study.networks]
+    if not views:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(views), figsize=(max(6.0, 5.5 * len(views)), 4.2), squeeze=False)
+    for ax, (label, outcomes) in zip(axes[0], views):
+        names = [o.network for o in outcomes]
+        values = [o.tokens_per_s_per_gpu or 0.0 for o in outcomes]
+        bars = ax.bar(range(len(names)), values, color="#4c72b0")
+        for bar, o in zip(bars, outcomes):
+            text = "no fit" if o.strategy is None else f"{o.network_wait_fraction:.0%} wait"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=8)
+        ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_ylabel("tokens/s per GPU (best plan)")
+        ax.set_title(label, fontsize=10)
+        ax.yaxis.set_major_formatter(_thousands())
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(_title(study, "the same job on each network").replace(": ", ":\n", 1)
+                 + "\nlabel: the share of the step waiting on the network", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -82,6 +82,12 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
                              f"{c.peak_bytes / GIB:.1f}", "yes" if c.fits else "no", ""])
         b.append(("table", ["placement", "strategy", "step ms", "tokens/s", "peak GiB", "fits", "note"], rows))
 
+    b += network_blocks(study, plots)
+    if study.questions:
+        from topowise.report.networks import blocks as question_blocks
+
+        b += question_blocks(study.questions)
+
     if study.measured:
         r = study.measured
         b.append(("h2", f"Measured on this machine ({r.topology}, GPUs {','.join(map(str, r.gpus))})"))
@@ -94,6 +100,30 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
                     _pct(x.memory_error_pct)] for x in r.rows]))
         b += breakdown_blocks(study, plots)
     b.append(("p", "All numbers: study.json (every prediction's full breakdown, the findings)."))
+    return b
+
+
+def network_blocks(study: Study, plots: dict[str, Path]) -> list[tuple]:
+    """--network: per cluster, the best plan on each network between its nodes, as a table and a plot."""
+    if not study.networks:
+        return []
+    from topowise.report.whatif import HEADERS, price_notes, rows
+    from topowise.whatif import NetworkOutcome
+
+    b: list[tuple] = [("h2", "The same job on other networks")]
+    b.append(("p", "Each cluster keeps its nodes; only the network between them changes, with that network's own "
+                   "NIC count (InfiniBand and RoCE one per GPU, Ethernet one per node unless named, e.g. "
+                   "eth-100x4). The planner's best plan on each; network wait: the share of the step spent on "
+                   "exposed communication between nodes; USD: topowise/prices.py (docs/sources.md)."))
+    if "networks" in plots:
+        b.append(("img", plots["networks"], "tokens/s per GPU and network wait per network"))
+    for view in study.networks:
+        outcomes = [NetworkOutcome.from_dict(r) for r in view["rows"]]
+        b.append(("h3", view["topology"]))
+        b.append(("table", HEADERS, rows(outcomes)))
+        notes = price_notes(outcomes)
+        if notes:
+            b.append(("ul", notes))
     return b
 
 
@@ -164,7 +194,8 @@ def recommendation_blocks(study: Study) -> list[tuple]:
         else:
             groups = f" (shard groups of {v['shard_group_size']})" if v.get("shard_group_size") else ""
             rows.append([f.topology, v["strategy"] + groups, gpu_list(v["gpus"]), str(v["micro_batch"]),
-                         "on" if v["activation_checkpointing"] else "off", f"{v['tokens_per_s']:,.0f}",
+                         v.get("checkpointing") or ("full" if v["activation_checkpointing"] else "none"),
+                         f"{v['tokens_per_s']:,.0f}",
                          f"{v['peak_bytes'] / GIB:.1f}"])
         reasons.append((f.topology, _clauses(v.get("why") or "")))
     if not rows:
@@ -392,6 +423,15 @@ def print_summary(study: Study, paths: dict[str, Path], console=None) -> None:
         lines.append(f"{len(slow)} island-slowdown figures (report.md); the largest: {worst.text}")
     for line in lines:
         console.print(f"  - {line}", markup=False, highlight=False)
+    if study.networks:
+        console.print(f"[bold]Other networks[/bold] (--network): {len(study.networks)} cluster(s), tables in "
+                      "report.md", highlight=False)
+    if study.questions:
+        console.print("[bold]Network questions[/bold] (tables in report.md)")
+        for a in study.questions:
+            console.print(f"  {a.title}", markup=False, highlight=False)
+            for sentence in a.sentences:
+                console.print(f"    - {sentence}", markup=False, highlight=False)
     console.print("[bold]Wrote[/bold]")
     for name in ("report.md", "report.html", "study.json"):
         if name in paths:

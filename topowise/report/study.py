@@ -26,6 +26,7 @@ from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 from topowise.planner.search import plan
 from topowise.report.breakdown import StepBreakdown, read_breakdowns
+from topowise.report.networks import Answer
 from topowise.run import STRATEGY_NAMES, Run, check_seq_len
 from topowise.topology import load_topologies
 from topowise.topology.model import Topology
@@ -196,6 +197,10 @@ class Study:
     cases: tuple[Case, ...]
     findings: tuple[Finding, ...]
     measured: MeasuredRun | None = None
+    # --network: per cluster topology, the best plan on each network (whatif.NetworkOutcome.to_dict())
+    networks: tuple[dict, ...] = ()
+    # the four network questions (report/networks.py), for the study's model and a second size
+    questions: tuple = ()
 
     # --- lookups the renderers use -----------------------------------------------------------
     def case(self, topology: str, placement: str, strategy: str) -> Case | None:
@@ -220,6 +225,8 @@ class Study:
             "predictions": [c.to_dict() for c in self.cases],
             "findings": {kind: [f.to_dict() for f in self.findings_of(kind)] for kind in FINDING_KINDS},
             "measured": self.measured.to_dict() if self.measured else None,
+            "networks": list(self.networks),
+            "network_questions": [a.to_dict() for a in self.questions],
         }
 
     @classmethod
@@ -231,7 +238,9 @@ class Study:
         return cls(d["model"], d["seq_len"], d["micro_batch"], d["num_gpus"], d["profile"],
                    tuple(d["strategies"]), tuple(TopologySummary.from_dict(t) for t in d["topologies"]),
                    tuple(Case.from_dict(c) for c in d["predictions"]), findings,
-                   MeasuredRun.from_dict(d["measured"]) if d.get("measured") else None)
+                   MeasuredRun.from_dict(d["measured"]) if d.get("measured") else None,
+                   tuple(d.get("networks") or ()),
+                   tuple(Answer.from_dict(a) for a in d.get("network_questions") or ()))
 
 
 # --- topologies and placements ------------------------------------------------------------------
@@ -348,8 +357,11 @@ def summarize_topology(label: str, topo: Topology, placements: tuple[Placement, 
 def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_gpus: int | None = None,
               seq_len: int = 4096, micro_batch: int = 1, profile=None,
               strategies: tuple[str, ...] = STRATEGY_NAMES,
-              advance: Callable[[str], None] | None = None) -> Study:
-    """Predict every (topology, placement, strategy); derive the findings. `advance(what)` ticks a progress bar."""
+              advance: Callable[[str], None] | None = None, networks: tuple[str, ...] = (),
+              question_models: tuple[ModelSpec, ...] = (), prices=None) -> Study:
+    """Predict every (topology, placement, strategy); derive the findings. `advance(what)` ticks a progress bar.
+    networks: the what-if networks for each cluster topology (--network); question_models: answer the
+    four network questions (report/networks.py) for these models."""
     check_study_args(topologies, num_gpus=num_gpus, seq_len=seq_len, micro_batch=micro_batch, model=model)
     summaries, cases = [], []
     for label, topo in topologies:
@@ -369,9 +381,34 @@ def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_g
     summaries_t = tuple(summaries)
     findings = (nvlink_pcie_ratios(topologies) + island_slowdowns(cases, summaries_t)
                 + ddp_not_fitting(cases) + fsdp_near_ddp(cases) + tuple(recs))
+    what_if = network_views(model, topologies, networks, num_gpus=num_gpus, seq_len=seq_len,
+                            micro_batch=micro_batch, profile=profile, prices=prices) if networks else ()
+    questions = ()
+    if question_models:
+        from topowise.report.networks import answer_all
+
+        questions = answer_all(list(question_models), seq_len=seq_len, micro_batch=micro_batch, profile=profile,
+                               prices=prices)
     return Study(model.to_dict(), seq_len, micro_batch, num_gpus,
                  (getattr(profile, "fingerprint", "") or "default") if profile is not None else "default",
-                 tuple(strategies), summaries_t, tuple(cases), findings)
+                 tuple(strategies), summaries_t, tuple(cases), findings, None, what_if, questions)
+
+
+def network_views(model: ModelSpec, topologies, networks: tuple[str, ...], *, num_gpus, seq_len, micro_batch,
+                  profile, prices=None) -> tuple[dict, ...]:
+    """--network: for each cluster among the topologies, the best plan on each network (whatif.compare_plans)."""
+    from topowise.whatif import compare_plans
+
+    clusters = [(label, t) for label, t in topologies if getattr(t, "num_nodes", 1) > 1]
+    if not clusters:
+        raise UsageError("--network compares networks between nodes: name a cluster among --topologies, "
+                         "e.g. --topologies '4x hgx-h100-8+ib-ndr'")
+    out = []
+    for label, topo in clusters:
+        rows = compare_plans(model, topo, networks, prices=prices, num_gpus=num_gpus or topo.num_gpus,
+                             micro_batches=(micro_batch,), seq_len=seq_len, profile=profile)
+        out.append({"topology": label, "rows": [r.to_dict() for r in rows]})
+    return tuple(out)
 
 
 def study_size(topologies: list[tuple[str, Topology]], num_gpus: int | None,
@@ -507,13 +544,14 @@ def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *
     if result.plans:
         p = result.plans[0]
         pred = p.prediction
-        ckpt = " with activation checkpointing" if p.activation_checkpointing else ""
+        ckpt = f" with {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
         return Finding(
             "recommendations", label,
             f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {p.micro_batch}: "
             f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU. {p.why}",
             {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
-             "activation_checkpointing": p.activation_checkpointing, "tokens_per_s": pred.tokens_per_s,
+             "activation_checkpointing": p.activation_checkpointing, "checkpointing": p.checkpointing,
+             "tokens_per_s": pred.tokens_per_s,
              "peak_bytes": int(pred.memory.peak_bytes), "why": p.why, "shard_group_size": p.shard_group_size})
     why = result.suggestion or "no strategy fits in memory"
     return Finding("recommendations", label, f"{label}: nothing fits. {why}",

@@ -1,7 +1,9 @@
 """Topology sources: presets, our JSON, `nvidia-smi topo -m` text, live NVML.
 
 One node builds a `Topology`, several nodes with the network between them a `Cluster`
-("4x hgx-h100-8+ib-ndr"); both are a `Wiring` (topology/model.py), the interface everything else uses.
+("4x hgx-h100-8+ib-ndr", racks apart "16x hgx-h100-8+ib-ndr/rack=4,apart=100m", regions joined by a WAN
+"2x (2x hgx-h100-8+ib-ndr) + wan-100gbit-30ms-aes-gcm" or the preset "two-region-h100"; docs/networks.md);
+both are a `Wiring` (topology/model.py), the interface everything else uses.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from topowise import hardware
 from topowise.errors import UsageError
-from topowise.topology.cluster import EXAMPLES, Cluster, load_cluster
+from topowise.topology.cluster import CLUSTER_PRESETS, EXAMPLES, Cluster, load_cluster
 from topowise.topology.cluster import FORMAT as CLUSTER_FORMAT
 from topowise.topology.model import Topology, Wiring
 from topowise.topology.presets import PRESETS, load_preset
@@ -58,7 +60,8 @@ def _load(name_or_path: str, gpu_name: str | None) -> tuple[Wiring, bool]:
         path = Path(name_or_path)
         if not path.is_file():
             raise UsageError(f"unknown topology {name_or_path!r}: give a preset ({', '.join(PRESETS)}), "
-                             f"a cluster (e.g. {', '.join(repr(e) for e in EXAMPLES)}), "
+                             f"a cluster (e.g. {', '.join(repr(e) for e in EXAMPLES)}; presets "
+                             f"{', '.join(CLUSTER_PRESETS)}), "
                              "a file from `topowise topo --json`, or `nvidia-smi topo -m` output")
         try:
             text, where = path.read_text(errors="replace"), str(path)

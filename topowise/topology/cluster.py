@@ -6,10 +6,17 @@ pair is the node's own link; between nodes every pair is a "NET" link at the per
 gets its share of the node's NICs. Links are made on demand, never all pairs at once: a 64-node,
 512-GPU cluster has 130,816 pairs, and planning must stay fast.
 
-Names: "4x hgx-h100-8+ib-ndr" is 4 nodes of the `hgx-h100-8` preset on InfiniBand NDR with the
-default NIC count (one per GPU for InfiniBand and RoCE, one per node for 100G Ethernet);
-"2x pcie-l40s-8+eth-100x2" says the NIC count. The JSON form is format "topowise.cluster" with the
-node topology embedded.
+Names (docs/networks.md):
+- "4x hgx-h100-8+ib-ndr": 4 nodes of the `hgx-h100-8` preset on InfiniBand NDR with the default NIC
+  count (one per GPU for InfiniBand and RoCE, one per node for Ethernet), all in one rack (one
+  switch hop); "2x pcie-l40s-8+eth-100x2" says the NIC count. Networks: hardware.NETWORKS, or a
+  custom link "custom-<rate>gbit-<latency>us[-rdma]" (TCP sockets unless -rdma).
+- "16x hgx-h100-8+ib-ndr/rack=4,apart=100m,hops=3": 4 nodes per rack, racks 100 m apart in a row,
+  3 switch hops (leaf, spine, leaf) between racks (`Layout`); ",rail=8" puts 8 nodes on the same
+  rail switches (one hop apart however many racks they span) on a rail-optimized fabric.
+- "2x (2x hgx-h100-8+ib-ndr) + wan-100gbit-30ms-aes-gcm": 2 regions of that cluster joined by a WAN
+  (`WanSpec`: rate, round-trip time, cipher, optional "-16cores"); preset "two-region-h100".
+The JSON form is format "topowise.cluster" with the node topology embedded.
 """
 
 from __future__ import annotations
@@ -30,41 +37,76 @@ from topowise.topology.presets import PRESETS, load_preset
 FORMAT = "topowise.cluster"
 VERSION = 1
 NET = "NET"
+WAN = "WAN"  # a bandwidth tier's label for GPU pairs in different regions
 
 # Defaults for a network named without a NIC count. InfiniBand and RoCE: one NIC per GPU on a
 # rail-optimized fabric, as NVIDIA's HGX reference architectures wire them (each GPU its own NIC,
 # NIC i of every node on rail switch i: NVIDIA Enterprise RA "HGX AI factory", network logical
-# architecture). 100G Ethernet: one port per node on an ordinary data-center fabric (an assumption
-# for a commodity server, not a reference design; name the count, e.g. eth-100x4, when you know it).
+# architecture). Ethernet (TCP sockets): one port per node on an ordinary data-center fabric (an
+# assumption for a commodity server, not a reference design; name the count, e.g. eth-100x4).
 NETWORK_DEFAULTS: dict[str, tuple[str, bool]] = {
-    "ib-ndr": ("per-gpu", True),
-    "ib-hdr": ("per-gpu", True),
-    "roce-400": ("per-gpu", True),
-    "roce-200": ("per-gpu", True),
-    "eth-100": ("1", False),
+    name: (("per-gpu", True) if kind.transport in ("ib", "roce") else ("1", False))
+    for name, kind in hardware.NETWORKS.items()
 }
 
-NETWORK_LABELS = {
-    "ib-ndr": "InfiniBand NDR 400G",
-    "ib-hdr": "InfiniBand HDR 200G",
-    "roce-400": "RoCE 400G",
-    "roce-200": "RoCE 200G",
-    "eth-100": "Ethernet 100G",
+NETWORK_LABELS = {name: kind.label for name, kind in hardware.NETWORKS.items()}
+
+EXAMPLES = ("4x hgx-h100-8+ib-ndr", "2x h100-nvl-8+roce-200", "4x pcie-l40s-8+eth-100",
+            "16x hgx-h100-8+ib-ndr/rack=4,apart=100m", "2x (2x hgx-h100-8+ib-ndr) + wan-100gbit-30ms-aes-gcm")
+
+# Named clusters (what `topo --preset`, `--topology` accept besides the name forms).
+CLUSTER_PRESETS = {
+    "two-region-h100": "2x (2x hgx-h100-8+ib-ndr) + wan-100gbit-30ms-aes-gcm",
 }
 
-EXAMPLES = ("4x hgx-h100-8+ib-ndr", "2x h100-nvl-8+roce-200", "4x pcie-l40s-8+eth-100")
+TRANSPORTS = ("ib", "roce", "socket")
+# as costmodel/encryption.CIPHERS (a test keeps them equal; topology does not import the cost model)
+WAN_CIPHERS = ("none", "aes-gcm", "chacha20", "tls")
+# Host cores that encrypt a region's WAN traffic when the name does not say (a stated default: one
+# 8-core gateway or 8 cores across the region's hosts; give "-<n>cores" or JSON wan.cores).
+WAN_DEFAULT_CORES = 8
 
-_NAME = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9._-]+)\s*\+\s*([A-Za-z0-9-]+?)(?:x(\d+))?\s*$")
+_NAME = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9._-]+)\s*\+\s*([A-Za-z0-9.-]+?)(?:x(\d+))?\s*(?:/\s*(.*?))?\s*$")
+_REGIONS = re.compile(r"^\s*(\d+)\s*x\s*\((.+)\)\s*\+\s*(wan-\S*)\s*$")
+_CUSTOM = re.compile(r"custom-(\d+(?:\.\d+)?)gbit-(\d+(?:\.\d+)?)us(-rdma)?")
+_WAN = re.compile(r"wan-(\d+(?:\.\d+)?)gbit-(\d+(?:\.\d+)?)ms(?:-(none|aes-gcm|chacha20|tls))?(?:-(\d+)cores)?")
+CUSTOM_SYNTAX = "custom-<rate>gbit-<latency>us[-rdma], e.g. custom-25gbit-5us (TCP sockets) or custom-200gbit-2us-rdma"
+WAN_SYNTAX = ("wan-<rate>gbit-<rtt>ms[-none|-aes-gcm|-chacha20|-tls][-<n>cores], "
+              "e.g. wan-100gbit-30ms-aes-gcm")
+LAYOUT_SYNTAX = ("/rack=<nodes per rack>,apart=<metres between racks, e.g. 100m or 2km>,hops=<switch hops between "
+                 "racks>,rail=<nodes per rail group>")
 
 
 @dataclass(frozen=True)
 class NetworkSpec:
-    """The network between nodes: `nics_per_node` NICs of `kind`, each `gbps_per_nic` GB/s per direction."""
+    """The network between nodes: `nics_per_node` NICs of `kind`, each `gbps_per_nic` GB/s per direction
+    as NCCL reaches it.
+
+    transport ("ib", "roce", "socket") and latency_us (added to each network step beyond NCCL's tuner
+    latencies) come from hardware.NETWORKS when not given; socket_threads and socks_per_thread are
+    NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD (socket transport only).
+    """
 
     kind: str
     nics_per_node: int
     gbps_per_nic: float
     rail_optimized: bool = True
+    transport: str = ""
+    latency_us: float | None = None
+    socket_threads: int = 0
+    socks_per_thread: int = 1
+
+    def __post_init__(self) -> None:
+        known = hardware.NETWORKS.get(self.kind)
+        if not self.transport:
+            object.__setattr__(self, "transport", known.transport if known else "ib")
+        if self.latency_us is None:
+            object.__setattr__(self, "latency_us", known.latency_us if known else 0.0)
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"network {self.kind!r}: transport {self.transport!r} is not one of "
+                             f"{', '.join(TRANSPORTS)}")
+        if not self.latency_us >= 0:
+            raise UsageError(f"network {self.kind!r}: latency_us must be >= 0, not {self.latency_us}")
 
     @property
     def node_gbps(self) -> float:
@@ -74,14 +116,114 @@ class NetworkSpec:
     def label(self) -> str:
         return NETWORK_LABELS.get(self.kind, self.kind)
 
+    @property
+    def switch_hop_us(self) -> float:
+        return hardware.SWITCH_HOP_US[self.transport]
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "nics_per_node": self.nics_per_node, "gbps_per_nic": self.gbps_per_nic,
-                "rail_optimized": self.rail_optimized}
+                "rail_optimized": self.rail_optimized, "transport": self.transport, "latency_us": self.latency_us,
+                "socket_threads": self.socket_threads, "socks_per_thread": self.socks_per_thread}
 
     @classmethod
     def from_dict(cls, data: dict) -> NetworkSpec:
+        latency = data.get("latency_us")
         return cls(str(data["kind"]), int(data["nics_per_node"]), float(data["gbps_per_nic"]),
-                   bool(data.get("rail_optimized", True)))
+                   bool(data.get("rail_optimized", True)), str(data.get("transport", "")),
+                   None if latency is None else float(latency), int(data.get("socket_threads", 0)),
+                   int(data.get("socks_per_thread", 1)))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a region's nodes stand: `nodes_per_rack` to a rack (0: all in one), racks in a row
+    `rack_distance_m` apart (fibre metres between neighbours), `hops_between_racks` switches on a
+    path between switch domains (3: leaf, spine, leaf). On a rail-optimized fabric
+    `nodes_per_rail_group` nodes share their rail switches (NIC i of each on rail switch i, one hop
+    apart, as a DGX SuperPOD scalable unit spans racks); 0: a rail group is a rack.
+
+    A path inside a rack (one leaf switch, short cables) is what NCCL's tuner latencies describe;
+    `extra_us` is what a longer path adds to it."""
+
+    nodes_per_rack: int = 0
+    rack_distance_m: float = 0.0
+    hops_between_racks: int = 3
+    nodes_per_rail_group: int = 0
+
+    def __post_init__(self) -> None:
+        if self.nodes_per_rack < 0 or not self.rack_distance_m >= 0 or self.hops_between_racks < 1 \
+                or self.nodes_per_rail_group < 0:
+            raise UsageError(f"layout: nodes per rack and per rail group >= 0, distance >= 0 m and at least 1 switch "
+                             f"hop between racks, not {self.nodes_per_rack}, {self.nodes_per_rail_group}, "
+                             f"{self.rack_distance_m} m, {self.hops_between_racks}")
+
+    @property
+    def is_default(self) -> bool:
+        return self == Layout()
+
+    def rack_of(self, local_node: int) -> int:
+        return local_node // self.nodes_per_rack if self.nodes_per_rack else 0
+
+    def place(self, local_node: int, rails: bool) -> tuple[int, int]:
+        """(rack, switch domain) of a node of a region: its rack, and the rack or, on a rail-optimized
+        fabric with rail groups, its rail group."""
+        rack = self.rack_of(local_node)
+        if rails and self.nodes_per_rail_group:
+            return rack, local_node // self.nodes_per_rail_group
+        return rack, rack
+
+    def extra_us(self, a: tuple[int, int], b: tuple[int, int], switch_hop_us: float) -> float:
+        """Latency a path between two placed nodes adds over a path inside one rack: the extra switch
+        hops when they sit in different switch domains, and the fibre between their racks (in a row)."""
+        hops = 0 if a[1] == b[1] else self.hops_between_racks - 1
+        return hops * switch_hop_us + abs(a[0] - b[0]) * self.rack_distance_m * hardware.FIBRE_US_PER_M
+
+    def to_dict(self) -> dict:
+        return {"nodes_per_rack": self.nodes_per_rack, "rack_distance_m": self.rack_distance_m,
+                "hops_between_racks": self.hops_between_racks, "nodes_per_rail_group": self.nodes_per_rail_group}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Layout:
+        data = data or {}
+        return cls(int(data.get("nodes_per_rack", 0)), float(data.get("rack_distance_m", 0.0)),
+                   int(data.get("hops_between_racks", 3)), int(data.get("nodes_per_rail_group", 0)))
+
+
+@dataclass(frozen=True)
+class WanSpec:
+    """The link between regions: `gbps` GB/s per direction into and out of each region, `rtt_ms`
+    round trip, traffic encrypted with `cipher` by `cores` host cores (costmodel/encryption.py)."""
+
+    gbps: float
+    rtt_ms: float
+    cipher: str = "none"
+    cores: int = WAN_DEFAULT_CORES
+
+    def __post_init__(self) -> None:
+        if not self.gbps > 0 or not self.rtt_ms >= 0:
+            raise UsageError(f"WAN: the rate must be above 0 and the round trip >= 0 ms, not {self.gbps} GB/s, "
+                             f"{self.rtt_ms} ms")
+        if self.cipher not in WAN_CIPHERS:
+            raise UsageError(f"WAN cipher {self.cipher!r}: use one of {', '.join(WAN_CIPHERS)}")
+        if self.cores < 1:
+            raise UsageError(f"WAN: at least one core encrypts, not {self.cores}")
+
+    @property
+    def one_way_s(self) -> float:
+        return self.rtt_ms * 1e-3 / 2
+
+    @property
+    def name(self) -> str:
+        cores = "" if self.cores == WAN_DEFAULT_CORES else f"-{self.cores}cores"
+        return f"wan-{self.gbps * 8:g}gbit-{self.rtt_ms:g}ms-{self.cipher}{cores}"
+
+    def to_dict(self) -> dict:
+        return {"gbps": self.gbps, "rtt_ms": self.rtt_ms, "cipher": self.cipher, "cores": self.cores}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WanSpec:
+        return cls(float(data["gbps"]), float(data["rtt_ms"]), str(data.get("cipher", "none")),
+                   int(data.get("cores", WAN_DEFAULT_CORES)))
 
 
 @dataclass(frozen=True)
@@ -89,6 +231,9 @@ class Cluster:
     """`num_nodes` copies of `node` joined by `network`; a `Wiring` like `Topology`, GPUs numbered globally.
 
     `members` restricts the cluster to some of its GPUs (what `restricted_to` returns); () means all.
+    `layout` spreads each region's nodes over racks; `regions` (node counts, summing to num_nodes,
+    nodes numbered region by region) and `wan` join groups of nodes in different regions; () and
+    None mean one region.
     """
 
     node: Topology
@@ -97,6 +242,9 @@ class Cluster:
     name: str = ""
     members: tuple[int, ...] = ()
     source: str = ""
+    layout: Layout = Layout()
+    regions: tuple[int, ...] = ()
+    wan: WanSpec | None = None
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
@@ -107,6 +255,14 @@ class Cluster:
             raise UsageError(f"network {self.network.kind!r}: give at least one NIC per node and a rate above 0 GB/s")
         if self.node.indices != tuple(range(self.node.num_gpus)):
             raise UsageError(f"node topology {self.node.name!r} must number its GPUs 0..{self.node.num_gpus - 1}")
+        if self.regions:
+            if len(self.regions) < 2 or min(self.regions) < 1 or sum(self.regions) != self.num_nodes:
+                raise UsageError(f"cluster regions {list(self.regions)}: give at least two regions of at least one "
+                                 f"node each, {self.num_nodes} nodes in all")
+            if self.wan is None:
+                raise UsageError("a cluster of several regions needs a WAN between them (rate, round trip, cipher)")
+        elif self.wan is not None:
+            raise UsageError("a WAN joins regions: give the regions' node counts too (JSON `regions`)")
         if not self.name:
             object.__setattr__(self, "name", f"{self.num_nodes}x {self.node.name}+{self.network.kind}")
 
@@ -142,6 +298,87 @@ class Cluster:
         counts = [len(v) for v in self.per_node(gpus).values()]
         return min(counts) * self.network_gbps_per_gpu
 
+    # --- regions and distance ------------------------------------------------------------------
+    @cached_property
+    def _region_starts(self) -> tuple[int, ...]:
+        starts, at = [], 0
+        for count in self.regions or (self.num_nodes,):
+            starts.append(at)
+            at += count
+        return tuple(starts)
+
+    @property
+    def num_regions(self) -> int:
+        return len(self.regions) if self.regions else 1
+
+    def region_of_node(self, node: int) -> int:
+        return max(r for r, start in enumerate(self._region_starts) if start <= node)
+
+    def region_of(self, gpu: int) -> int:
+        return self.region_of_node(self.node_of(gpu))
+
+    def regions_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]:
+        return tuple(sorted({self.region_of_node(n) for n in self.nodes_spanned(gpus)}))
+
+    def gpus_by_region(self) -> tuple[tuple[int, ...], ...]:
+        """The cluster's GPUs, one tuple per region (what keeps chatty collectives off the WAN)."""
+        out: dict[int, list[int]] = {r: [] for r in range(self.num_regions)}
+        for g in self.indices:
+            out[self.region_of(g)].append(g)
+        return tuple(tuple(v) for _, v in sorted(out.items()))
+
+    def gpus_in_region(self, region: int) -> int:
+        """GPUs of a whole region (the WAN's per-GPU share divides by it)."""
+        counts = self.regions or (self.num_nodes,)
+        return counts[region] * self.gpus_per_node
+
+    def wan_gbps(self, gpus: Iterable[int]) -> float:
+        """GB/s per direction the WAN's line gives a group that spans regions (inf within one): its fewest
+        GPUs in any region times the per-GPU share of the WAN (every GPU of a region crosses at once,
+        as every NIC share assumes). Encryption's limit is the cost model's (costmodel/network.py)."""
+        members = tuple(gpus)
+        spanned = self.regions_spanned(members)
+        if self.wan is None or len(spanned) < 2:
+            return float("inf")
+        counts: dict[int, int] = {}
+        for g in members:
+            counts[self.region_of(g)] = counts.get(self.region_of(g), 0) + 1
+        return min(counts[r] * self.wan.gbps / self.gpus_in_region(r) for r in spanned)
+
+    def _place(self, node: int) -> tuple[int, tuple[int, int]]:
+        """(region, (rack, switch domain)) of a node."""
+        region = self.region_of_node(node)
+        rails = self.network.rail_optimized and self.network.nics_per_node > 1
+        return region, self.layout.place(node - self._region_starts[region], rails)
+
+    def hop_extra_us(self, node_a: int, node_b: int) -> float:
+        """Latency a network hop between two nodes of one region adds over a hop inside one rack
+        (0 across regions: the WAN's latency is priced on its own)."""
+        (ra, a), (rb, b) = self._place(node_a), self._place(node_b)
+        if ra != rb:
+            return 0.0
+        return self.layout.extra_us(a, b, self.network.switch_hop_us)
+
+    def ring_extra_us(self, gpus: Iterable[int]) -> float:
+        """The slowest network hop of a ring over the group's nodes (in order, wrapping), over a rack-local hop."""
+        nodes = self.nodes_spanned(gpus)
+        if len(nodes) < 2 or self.layout.is_default:
+            return 0.0
+        return max(self.hop_extra_us(a, b) for a, b in zip(nodes, nodes[1:] + nodes[:1]))
+
+    def tree_extra_us(self, gpus: Iterable[int]) -> float:
+        """The slowest hop any level of a tree over the group's nodes can take: the farthest two nodes
+        of one region (a root-to-leaf path takes log2(N) such hops at most)."""
+        nodes = self.nodes_spanned(gpus)
+        if len(nodes) < 2 or self.layout.is_default:
+            return 0.0
+        places: dict[int, set[tuple[int, int]]] = {}
+        for n in nodes:  # distinct (rack, domain) places: few, however many nodes
+            region, place = self._place(n)
+            places.setdefault(region, set()).add(place)
+        hop = self.network.switch_hop_us
+        return max((self.layout.extra_us(a, b, hop) for ps in places.values() for a in ps for b in ps), default=0.0)
+
     def tiers(self) -> list[dict]:
         """Bandwidth tiers, fastest first: NVLink inside a node (if any), PCIe, the network between nodes."""
         out = []
@@ -154,9 +391,24 @@ class Cluster:
                     "gbps_per_gpu": self.node.pcie_gbps})
         if self.num_nodes > 1:
             net = self.network
-            out.append({"tier": "network", "scope": f"between {self.num_nodes} nodes: {net.nics_per_node}x "
-                        f"{net.label} per node ({'rail-optimized' if net.rail_optimized else 'not rail-optimized'})",
-                        "gbps_per_gpu": self.network_gbps_per_gpu, "gbps_per_node": net.node_gbps})
+            where = f"between {self.num_nodes} nodes" + (f" ({self.num_regions} regions)" if self.wan else "")
+            spread = ""
+            if not self.layout.is_default:
+                lay = self.layout
+                spread = (f"; {lay.nodes_per_rack or 'all'} nodes per rack, racks {lay.rack_distance_m:g} m apart, "
+                          f"{lay.hops_between_racks} switch hops between racks"
+                          + (f", rail groups of {lay.nodes_per_rail_group} nodes" if lay.nodes_per_rail_group else ""))
+            out.append({"tier": "network", "scope": f"{where}: {net.nics_per_node}x {net.label} per node "
+                        f"({'rail-optimized' if net.rail_optimized else 'not rail-optimized'}; "
+                        f"{net.transport} transport){spread}",
+                        "gbps_per_gpu": self.network_gbps_per_gpu, "gbps_per_node": net.node_gbps,
+                        "transport": net.transport, "latency_us": net.latency_us})
+        if self.wan is not None:
+            wan = self.wan
+            out.append({"tier": "WAN", "scope": f"between {self.num_regions} regions: {wan.gbps * 8:g} Gb/s per "
+                        f"region, round trip {wan.rtt_ms:g} ms, {wan.cipher} on {wan.cores} cores",
+                        "gbps_per_gpu": wan.gbps / max(self.gpus_in_region(r) for r in range(self.num_regions)),
+                        "gbps_per_region": wan.gbps, "rtt_ms": wan.rtt_ms, "cipher": wan.cipher, "cores": wan.cores})
         return out
 
     def bandwidth_tiers(self) -> tuple[tuple[str, float, int], ...]:
@@ -164,7 +416,14 @@ class Cluster:
         g, n = self.gpus_per_node, self.num_nodes
         tiers = [(label, gbps, pairs * n) for label, gbps, pairs in self.node.bandwidth_tiers()]
         if n > 1:
-            tiers.append((NET, self.network_gbps_per_gpu, (n * g) * (n * g - 1) // 2 - n * g * (g - 1) // 2))
+            across = (n * g) * (n * g - 1) // 2 - n * g * (g - 1) // 2
+            if self.wan is not None:  # pairs in different regions: the WAN's per-GPU share
+                counts = [r * g for r in self.regions]
+                wan_pairs = ((n * g) ** 2 - sum(c * c for c in counts)) // 2
+                wan_share = min(self.wan.gbps / c for c in counts)
+                tiers.append((WAN, wan_share, wan_pairs))
+                across -= wan_pairs
+            tiers.append((NET, self.network_gbps_per_gpu, across))
         return tuple(sorted(tiers, key=lambda t: -t[1]))
 
     # --- the Wiring interface ------------------------------------------------------------------
@@ -234,7 +493,8 @@ class Cluster:
         if a // g == b // g:
             inner = self.node.link(a % g, b % g)
             return replace(inner, a=a, b=b)
-        return Link(a, b, NET, self.network_gbps_per_gpu, 0, p2p_supported=False)
+        # across regions the pair's rate is the lesser of its NIC share and its share of the WAN's line
+        return Link(a, b, NET, min(self.network_gbps_per_gpu, self.wan_gbps((a, b))), 0, p2p_supported=False)
 
     def gpu(self, index: int) -> Gpu:
         self._check(index)
@@ -280,7 +540,8 @@ class Cluster:
         inside = min(_node_bottleneck(self.node, local) for local in groups.values())
         if len(groups) == 1:
             return inside
-        return min(inside, self.network_gbps(gpus))
+        members = tuple(gpus)
+        return min(inside, self.network_gbps(members), self.wan_gbps(members))
 
     def best_subset(self, k: int) -> tuple[int, ...]:
         """k GPUs on the fewest nodes, spread evenly when they do not fill whole nodes, best GPUs inside each."""
@@ -327,6 +588,13 @@ class Cluster:
     def without_nvlink(self) -> Cluster:
         return replace(self, node=self.node.without_nvlink(), name=f"{self.name} (pcie)")
 
+    def one_region(self) -> Cluster:
+        """The same nodes in one region, the WAN replaced by the region's own network (the what-if
+        that tells what the WAN costs)."""
+        if self.wan is None:
+            return self
+        return replace(self, regions=(), wan=None, name=f"{self.name} (one region)")
+
     # --- JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
@@ -339,6 +607,9 @@ class Cluster:
             "network": self.network.to_dict(),
             "network_gbps_per_gpu": self.network_gbps_per_gpu,
             "members": list(self.members),
+            "layout": self.layout.to_dict(),
+            "regions": list(self.regions),
+            "wan": self.wan.to_dict() if self.wan else None,
             "tiers": self.tiers(),
             "node": self.node.to_dict(),
         }
@@ -354,10 +625,15 @@ class Cluster:
                 name=str(data.get("name", "")),
                 members=tuple(int(i) for i in data.get("members", ())),
                 source=str(data.get("source", where)),
+                layout=Layout.from_dict(data.get("layout")),
+                regions=tuple(int(n) for n in data.get("regions") or ()),
+                wan=WanSpec.from_dict(data["wan"]) if data.get("wan") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: cluster JSON is missing or has a bad field ({exc}); it needs num_nodes, "
-                             "network{kind, nics_per_node, gbps_per_nic, rail_optimized} and node") from None
+                             "network{kind, nics_per_node, gbps_per_nic, rail_optimized} and node; optional "
+                             "layout{nodes_per_rack, rack_distance_m, hops_between_racks}, regions[node counts] "
+                             "and wan{gbps, rtt_ms, cipher, cores}") from None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -415,6 +691,18 @@ def network_warnings(cluster: Cluster) -> list[str]:
     if not net.rail_optimized and net.nics_per_node > 1:
         out.append("not rail-optimized: traffic between NICs of different index crosses the spine; keep NCCL's "
                    "PXN on (NCCL_PXN_DISABLE unset) so it moves over NVLink to the GPU on the right rail first")
+    line = hardware.NETWORKS[net.kind].line_gbps if net.kind in hardware.NETWORKS else None
+    if net.transport == "socket" and line and net.gbps_per_nic < 0.9 * line * hardware.TCP_PAYLOAD_FRACTION:
+        out.append(f"{net.kind} carries NCCL over TCP sockets: {net.gbps_per_nic:.3g} GB/s per NIC of its "
+                   f"{line:g} GB/s line with {max(1, net.socket_threads)} thread(s) x {net.socks_per_thread} "
+                   "socket(s) per connection; more NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD (JSON "
+                   "network.socket_threads, socks_per_thread) or RoCE would move more")
+    if cluster.wan is not None:
+        wan = cluster.wan
+        out.append(f"{cluster.num_regions} regions joined by a {wan.gbps * 8:g} Gb/s WAN ({wan.rtt_ms:g} ms round "
+                   f"trip, {wan.cipher}): a collective across regions runs at the WAN's rate shared by every GPU "
+                   "that crosses it, and pays the one-way latency at each crossing; keep sharding inside a region "
+                   "(HSDP with a shard group per region) so only the replica all-reduce crosses")
     return out
 
 
@@ -433,29 +721,76 @@ def _node_bottleneck(node: Topology, local: tuple[int, ...]) -> float:
 
 
 def network_spec(text: str) -> NetworkSpec | None:
-    """`ib-ndr` or `eth-100x2` (kind and optional NIC count) -> NetworkSpec, with the node's GPU count unknown.
+    """`ib-ndr`, `eth-100x2` or `custom-25gbit-5us` (kind and optional NIC count) -> NetworkSpec, with
+    the node's GPU count unknown.
 
-    Returns None for an unknown kind. The per-GPU default count is resolved by `make_cluster`.
+    Returns None for an unknown kind; a malformed custom link is a UsageError saying the syntax. The
+    per-GPU default count is resolved by `make_cluster`.
     """
-    match = re.fullmatch(r"([A-Za-z0-9-]+?)(?:x(\d+))?", text.strip())
-    if not match or match.group(1) not in hardware.NIC_GBPS:
+    match = re.fullmatch(r"([A-Za-z0-9.-]+?)(?:x(\d+))?", text.strip())
+    if not match:
         return None
-    kind = match.group(1)
+    kind, count_text = match.group(1), match.group(2)
+    if kind.startswith("custom"):
+        return _custom_spec(kind, count_text)
+    if kind not in hardware.NETWORKS:
+        return None
     default_count, rail = NETWORK_DEFAULTS.get(kind, ("1", False))
-    count = int(match.group(2)) if match.group(2) else (0 if default_count == "per-gpu" else int(default_count))
+    count = int(count_text) if count_text else (0 if default_count == "per-gpu" else int(default_count))
     return NetworkSpec(kind, count, hardware.NIC_GBPS[kind], rail)
 
 
-def make_cluster(node: Topology, num_nodes: int, network: NetworkSpec, name: str = "") -> Cluster:
+def _custom_spec(kind: str, count_text: str | None) -> NetworkSpec:
+    """A link given by its rate and latency: custom-25gbit-5us is 25 Gb/s over TCP sockets with 5 us of
+    cable and switches beyond a rack-local hop; -rdma makes it RDMA (derated as NDR's measured rate)."""
+    match = _CUSTOM.fullmatch(kind)
+    if not match:
+        raise UsageError(f"custom network {kind!r}: write {CUSTOM_SYNTAX}")
+    line = float(match.group(1)) / 8
+    latency = float(match.group(2))
+    rdma = bool(match.group(3))
+    if line <= 0:
+        raise UsageError(f"custom network {kind!r}: the rate must be above 0 Gb/s")
+    if rdma:
+        spec = NetworkSpec(kind, int(count_text) if count_text else 0, line * hardware.RDMA_DERATE, True,
+                           "roce", latency)
+    else:
+        spec = NetworkSpec(kind, int(count_text) if count_text else 1, hardware.socket_busbw_gbps(line), False,
+                           "socket", hardware.SOCKET_LATENCY_US + latency)
+    return spec
+
+
+def with_socket_threads(network: NetworkSpec, threads: int, socks_per_thread: int) -> NetworkSpec:
+    """The network with NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD set (socket transport only)."""
+    if network.transport != "socket":
+        raise UsageError(f"network {network.kind!r} is RDMA ({network.transport}); socket threads apply to "
+                         "Ethernet without RoCE")
+    if not 0 <= threads <= hardware.SOCKET_MAX_THREADS or socks_per_thread < 1 or \
+            max(1, threads) * socks_per_thread > hardware.SOCKET_MAX_SOCKETS:
+        raise UsageError(f"NCCL allows 0-{hardware.SOCKET_MAX_THREADS} socket threads and at most "
+                         f"{hardware.SOCKET_MAX_SOCKETS} sockets (threads x sockets per thread), not "
+                         f"{threads} x {socks_per_thread}")
+    line = hardware.NETWORKS[network.kind].line_gbps if network.kind in hardware.NETWORKS else None
+    if line is None:
+        match = _CUSTOM.fullmatch(network.kind)
+        line = float(match.group(1)) / 8 if match else network.gbps_per_nic / hardware.TCP_PAYLOAD_FRACTION
+    return replace(network, gbps_per_nic=hardware.socket_busbw_gbps(line, threads, socks_per_thread),
+                   socket_threads=threads, socks_per_thread=socks_per_thread)
+
+
+def make_cluster(node: Topology, num_nodes: int, network: NetworkSpec, name: str = "", *,
+                 layout: Layout = Layout(), regions: tuple[int, ...] = (), wan: WanSpec | None = None) -> Cluster:
     """A cluster of `num_nodes` x `node`; a NIC count of 0 means one NIC per GPU."""
     if network.nics_per_node == 0:
         network = replace(network, nics_per_node=node.num_gpus)
     return Cluster(node, num_nodes, network, name=name,
-                   source=f"{num_nodes} x {node.name}; network rate: hardware.NIC_GBPS")
+                   source=f"{num_nodes} x {node.name}; network rate: hardware.NETWORKS", layout=layout,
+                   regions=regions, wan=wan)
 
 
 def parse_cluster_name(name: str) -> tuple[int, str, str] | None:
-    """"4x hgx-h100-8+ib-ndr" -> (4, "hgx-h100-8", "ib-ndr"); None when the text is not of that shape."""
+    """"4x hgx-h100-8+ib-ndr" -> (4, "hgx-h100-8", "ib-ndr"); None when the text is not of that shape
+    (a layout after "/" is read by `parse_layout`)."""
     match = _NAME.match(name)
     if not match:
         return None
@@ -463,23 +798,50 @@ def parse_cluster_name(name: str) -> tuple[int, str, str] | None:
     return int(match.group(1)), match.group(2), net
 
 
+def parse_layout(text: str) -> Layout:
+    """"rack=4,apart=100m,hops=3,rail=32" -> Layout(4, 100.0, 3, 32); metres as 100m, 100 m or 2km."""
+    values: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in ("rack", "apart", "hops", "rail") or not value.strip():
+            raise UsageError(f"cluster layout {text!r}: write {LAYOUT_SYNTAX}")
+        values[key.strip()] = value.strip().replace(" ", "")
+    try:
+        apart = values.get("apart", "0m")
+        metres = float(apart[:-2]) * 1000 if apart.endswith("km") else float(apart.removesuffix("m"))
+        return Layout(int(values.get("rack", 0)), metres, int(values.get("hops", 3)), int(values.get("rail", 0)))
+    except ValueError:
+        raise UsageError(f"cluster layout {text!r}: write {LAYOUT_SYNTAX}") from None
+
+
+def parse_wan(text: str) -> WanSpec:
+    match = _WAN.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"WAN {text!r}: write {WAN_SYNTAX}")
+    return WanSpec(float(match.group(1)) / 8, float(match.group(2)), match.group(3) or "none",
+                   int(match.group(4)) if match.group(4) else WAN_DEFAULT_CORES)
+
+
 def load_cluster(name_or_path: str) -> Cluster | None:
-    """A cluster from a name like "4x hgx-h100-8+ib-ndr" or a `topowise.cluster` JSON file; None otherwise."""
-    parsed = parse_cluster_name(name_or_path)
-    if parsed is not None:
-        num_nodes, node_name, net_name = parsed
-        if node_name not in PRESETS:
-            raise UsageError(f"cluster {name_or_path!r}: unknown node preset {node_name!r}; "
-                             f"valid: {', '.join(PRESETS)}")
-        network = network_spec(net_name)
-        if network is None:
-            raise UsageError(f"cluster {name_or_path!r}: unknown network {net_name!r}; valid: "
-                             f"{', '.join(hardware.NIC_GBPS)} (optionally with a NIC count, e.g. eth-100x2)")
-        if num_nodes < 1:
-            raise UsageError(f"cluster {name_or_path!r}: the node count must be at least 1")
-        node = load_preset(node_name)
-        cluster = make_cluster(node, num_nodes, network)
-        return replace(cluster, name=f"{num_nodes}x {node_name}+{net_name}")
+    """A cluster from a name ("4x hgx-h100-8+ib-ndr", with a layout or regions: see the module), a
+    cluster preset, or a `topowise.cluster` JSON file; None otherwise."""
+    if name_or_path in CLUSTER_PRESETS:
+        return replace(load_cluster(CLUSTER_PRESETS[name_or_path]), name=name_or_path)
+    regions = _REGIONS.match(name_or_path)
+    if regions is not None:
+        count = int(regions.group(1))
+        inner = _load_named(regions.group(2), name_or_path)
+        if inner is None:
+            raise UsageError(f"cluster {name_or_path!r}: inside the parentheses give a cluster such as "
+                             "'2x hgx-h100-8+ib-ndr'")
+        if count < 2:
+            raise UsageError(f"cluster {name_or_path!r}: a WAN joins at least 2 regions, not {count}")
+        wan = parse_wan(regions.group(3))
+        return replace(inner, num_nodes=count * inner.num_nodes, regions=(inner.num_nodes,) * count, wan=wan,
+                       name=f"{count}x ({inner.name}) + {regions.group(3)}")
+    cluster = _load_named(name_or_path, name_or_path)
+    if cluster is not None:
+        return cluster
     path = Path(name_or_path)
     if name_or_path.endswith(".json") and path.is_file():
         try:
@@ -489,3 +851,24 @@ def load_cluster(name_or_path: str) -> Cluster | None:
         if isinstance(data, dict) and data.get("format") == FORMAT:
             return Cluster.from_dict(data, str(path))
     return None
+
+
+def _load_named(text: str, whole: str) -> Cluster | None:
+    match = _NAME.match(text)
+    if match is None:
+        return None
+    num_nodes, node_name, net_name = parse_cluster_name(text)
+    if node_name not in PRESETS:
+        raise UsageError(f"cluster {whole!r}: unknown node preset {node_name!r}; valid: {', '.join(PRESETS)}")
+    network = network_spec(net_name)
+    if network is None:
+        raise UsageError(f"cluster {whole!r}: unknown network {net_name!r}; valid: "
+                         f"{', '.join(hardware.NETWORKS)} (optionally with a NIC count, e.g. eth-100x2), "
+                         f"or {CUSTOM_SYNTAX}")
+    if num_nodes < 1:
+        raise UsageError(f"cluster {whole!r}: the node count must be at least 1")
+    layout = parse_layout(match.group(5)) if match.group(5) else Layout()
+    node = load_preset(node_name)
+    cluster = make_cluster(node, num_nodes, network, layout=layout)
+    suffix = f"/{match.group(5)}" if match.group(5) else ""
+    return replace(cluster, name=f"{num_nodes}x {node_name}+{net_name}{suffix}")

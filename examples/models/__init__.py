@@ -1,0 +1,1 @@
+"""Plain-PyTorch models for `topowise ... --model examples.models.NAME:build` (docs/model-profile.md)."""

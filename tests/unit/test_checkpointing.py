@@ -1,0 +1,185 @@
+"""Activation checkpointing modes: none | selective (per op, or every k-th block) | full, as torchtitan
+names them, in Run, bench train's flags, the model's wrap, the cost model, the planner and the exports."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+from topowise.cli.flags import add_checkpointing_arguments, checkpointing_from_args
+from topowise.costmodel.memory import (
+    activation_bytes_per_token_per_layer,
+    block_input_bytes_per_token,
+    saved_activation_bytes_per_token,
+    selective_kept_bytes_per_token_per_layer,
+)
+from topowise.costmodel.predict import predict
+from topowise.costmodel.step import recompute_flops_per_token
+from topowise.errors import UsageError
+from topowise.models.spec import ModelSpec, load_model
+from topowise.run import Run
+from topowise.topology.presets import load_preset
+
+H200X2 = load_preset("h200-x2")
+LLAMA_1B = load_model("llama3.2-1b")
+
+
+def run(mode="none", option="op", strategy="ddp", gpus=(0,)) -> Run:
+    return Run(LLAMA_1B, gpus, strategy, seq_len=8192, checkpointing=mode, selective_ac_option=option)
+
+
+# --- Run ------------------------------------------------------------------------------------------
+def test_modes_and_the_legacy_flag_agree_and_round_trip():
+    assert (run().checkpointing, run().activation_checkpointing) == ("none", False)
+    full = Run(LLAMA_1B, (0,), "ddp", seq_len=8192, activation_checkpointing=True)  # old callers' flag: full
+    assert (full.checkpointing, full.activation_checkpointing) == ("full", True)
+    sel = run("selective")
+    assert sel.activation_checkpointing is True and sel.checkpoint_words == "selective (per op)"
+    assert Run(LLAMA_1B, (0,), "ddp", seq_len=8192, activation_checkpointing="selective") == sel  # a mode's name
+    assert run("selective", "2").checkpoint_words == "selective (every 2nd block)"
+    assert run("selective", 1).checkpointing == "full"  # every block
+    for r in (run(), full, sel, run("selective", "3")):
+        assert Run.from_dict(r.to_dict()) == r
+    legacy = full.to_dict()
+    del legacy["checkpointing"], legacy["selective_ac_option"]  # a JSON written before the modes
+    assert Run.from_dict(legacy).checkpointing == "full"
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"checkpointing": "some"}, "valid: none, selective, full"),
+    ({"checkpointing": "selective", "selective_ac_option": "0"}, "positive integer"),
+    ({"checkpointing": "selective", "selective_ac_option": "every"}, "positive integer"),
+    ({"checkpointing": "full", "activation_checkpointing": "selective"}, "give one mode"),
+])
+def test_bad_modes_are_refused_with_the_valid_ones(kw, match):
+    with pytest.raises(UsageError, match=match):
+        Run(LLAMA_1B, (0,), "ddp", **kw)
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--activation-checkpointing", action="store_true")
+    add_checkpointing_arguments(parser)
+    return checkpointing_from_args(parser.parse_args(list(argv)))
+
+
+def test_flags():
+    assert parse() == ("none", "op")
+    assert parse("--activation-checkpointing") == ("full", "op")
+    assert parse("--checkpointing", "selective") == ("selective", "op")
+    assert parse("--checkpointing", "selective", "--selective-ac-option", "2") == ("selective", "2")
+    with pytest.raises(UsageError, match="means --checkpointing full"):
+        parse("--activation-checkpointing", "--checkpointing", "selective")
+    with pytest.raises(UsageError, match="applies to --checkpointing selective"):
+        parse("--selective-ac-option", "2")
+
+
+# --- the wrap: what selective keeps is what the memory model counts ------------------------------
+def test_selective_policy_keeps_the_first_and_third_matmul_and_attention():
+    """Run one block under a dispatch log, ask the policy about every operator it ran, and add up the
+    outputs it keeps: they are the qkv and gate_up products and SDPA's outputs, the bytes that
+    selective_kept_bytes_per_token_per_layer counts (less the block's input, which checkpoint keeps)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from topowise.measure.strategies import selective_checkpoint_policy
+    from topowise.models.transformer import build_model, rolled_sin
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            nbytes = sum(t.untyped_storage().nbytes() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            self.ops.append((func, nbytes, args))
+            return out
+
+    spec = ModelSpec("t", "llama", 100, 128, 1, 8, 2, 256, True)
+    model = build_model(spec, 64, "cpu", 0).to(torch.bfloat16)
+    x = torch.randn(2, 64, 128, dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = model.rope_cos.to(torch.bfloat16), rolled_sin(model.rope_sin).to(torch.bfloat16)
+    with Log() as log:
+        model.layers[0](x, cos, sin)
+    policy = selective_checkpoint_policy()
+    kept = [(f, n, a) for f, n, a in log.ops if policy(SimpleNamespace(is_recompute=False), f, *a)
+            == CheckpointPolicy.MUST_SAVE]
+    weights = model.layers[0].attn.qkv.weight, model.layers[0].mlp.gate_up.weight
+    mm = [a[1].shape for f, _, a in kept if f == torch.ops.aten.mm.default]
+    assert mm == [w.t().shape for w in weights]  # the 1st (qkv) and 3rd (gate_up) of the four products
+    assert sum(n for _, n, _ in kept) / (2 * 64) == (selective_kept_bytes_per_token_per_layer(spec)
+                                                    - block_input_bytes_per_token(spec))
+
+
+def test_every_mode_gives_the_gradients_of_none():
+    torch = pytest.importorskip("torch")
+    from topowise.measure.strategies import apply_checkpointing
+    from topowise.models.transformer import build_model
+
+    spec = ModelSpec("t", "llama", 300, 32, 3, 4, 2, 64, False)
+    tokens = torch.randint(0, 300, (2, 17), generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for mode, option in (("none", "op"), ("selective", "op"), ("selective", "2"), ("full", "op")):
+        model = build_model(spec, 16, "cpu", seed=0)
+        apply_checkpointing(model, mode, option)
+        wrapped = [i for i, b in enumerate(model.layers) if hasattr(b, "_checkpoint_wrapped_module")]
+        assert wrapped == {"none": [], "full": [0, 1, 2]}.get(mode, [0, 2] if option == "2" else [0, 1, 2])
+        loss = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        grads[(mode, option)] = {n.replace("._checkpoint_wrapped_module", ""): p.grad
+                                 for n, p in model.named_parameters()}
+    reference = grads[("none", "op")]
+    for key, got in grads.items():
+        assert all(torch.allclose(got[n], reference[n], atol=1e-6) for n in reference), key
+
+
+# --- the cost model ------------------------------------------------------------------------------
+def test_memory_and_recompute_sit_between_none_and_full():
+    kept = {m: saved_activation_bytes_per_token(run(*m), autocast=False)[0]
+            for m in (("none", "op"), ("selective", "2"), ("selective", "op"), ("full", "op"))}
+    layers, per_layer = LLAMA_1B.num_layers, activation_bytes_per_token_per_layer(LLAMA_1B)
+    assert kept[("none", "op")] == layers * per_layer
+    assert kept[("full", "op")] == layers * block_input_bytes_per_token(LLAMA_1B)
+    assert kept[("selective", "2")] == 8 * block_input_bytes_per_token(LLAMA_1B) + 8 * per_layer
+    assert kept[("none", "op")] > kept[("selective", "2")] > kept[("selective", "op")] > kept[("full", "op")]
+    # recompute: a forward of every block (full), of every 2nd (k=2), the output projections (per op)
+    full = recompute_flops_per_token(run("full"))
+    assert recompute_flops_per_token(run("selective", "2")) == pytest.approx(full / 2)
+    assert recompute_flops_per_token(run("selective")) == 2 * layers * 2048 * 2048
+    assert recompute_flops_per_token(run()) == 0
+    preds = {m: predict(run(m, strategy="zero3", gpus=(0, 1)), H200X2) for m in ("none", "selective", "full")}
+    assert (preds["none"].memory.peak_bytes > preds["selective"].memory.peak_bytes
+            > preds["full"].memory.peak_bytes)
+    assert preds["none"].step_time_s < preds["selective"].step_time_s < preds["full"].step_time_s
+
+
+# --- plan and exports ----------------------------------------------------------------------------
+def test_plan_predicts_selective_candidates():
+    from topowise.planner.candidates import enumerate_candidates
+    from topowise.planner.search import candidate_run
+
+    cands = enumerate_candidates(H200X2, num_gpus=2, micro_batches=(1,))
+    modes = {candidate_run(LLAMA_1B, c, seq_len=8192, fabric="nvlink").checkpointing for c in cands}
+    assert modes == {"none", "selective", "full"}
+
+
+def test_torchtitan_export_names_the_mode_and_option():
+    from topowise.export.torchtitan import torchtitan_args
+
+    spec = SimpleNamespace(sharded=("optimizer",), replicated=False, reshard_after_forward=True)
+    base = {"nproc": 8, "spec": spec, "shard_group_size": None, "micro_batch": 2, "seq_len": 8192}
+    args = torchtitan_args(SimpleNamespace(**base, activation_checkpointing=True, checkpointing="selective",
+                                           selective_ac_option="op"))
+    assert args[args.index("--activation_checkpoint.mode") + 1] == "selective"
+    assert args[args.index("--activation_checkpoint.selective_ac_option") + 1] == "op"
+    from topowise.export.plan import LaunchPlan
+
+    legacy = torchtitan_args(LaunchPlan(model="m", topology="t", strategy="zero3", gpus=tuple(range(8)),
+                                        micro_batch=2, seq_len=8192, activation_checkpointing=True))  # no mode given
+    assert legacy[legacy.index("--activation_checkpoint.mode") + 1] == "full"
+    assert "--activation_checkpoint.selective_ac_option" not in legacy

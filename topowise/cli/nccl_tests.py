@@ -1,0 +1,94 @@
+"""`topowise nccl-tests`: the busbw nccl-tests should show on a topology, in nccl-tests' own layout;
+with --compare, a pasted nccl-tests output beside it, the sizes that fall short and their usual causes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from topowise.errors import UsageError
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", required=True, metavar="T",
+                        help="a preset, a cluster such as '2x hgx-h100-8+ib-ndr', or a topology file")
+    parser.add_argument("--num-gpus", "-g", type=int, metavar="K",
+                        help="ranks in the test (default: every GPU; with --compare: the output's rank count)")
+    parser.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast", metavar="LIST",
+                        help="collectives to tabulate (all_reduce,all_gather,reduce_scatter,broadcast)")
+    parser.add_argument("--min-bytes", "-b", default="8", metavar="SIZE", help="smallest size, e.g. 8, 1M (8)")
+    parser.add_argument("--max-bytes", "-e", default="8G", metavar="SIZE", help="largest size, e.g. 8G (8G)")
+    parser.add_argument("--step-factor", "-f", type=int, default=2, metavar="F", help="size multiplier (2)")
+    parser.add_argument("--compare", metavar="FILE",
+                        help="nccl-tests output to set beside the expectation (`-` reads stdin)")
+    parser.add_argument("--op", metavar="OP",
+                        help="with --compare: the collective the output measured, when its text does not say")
+    parser.add_argument("--algo", choices=("auto", "ring", "tree"), default="auto",
+                        help="across nodes, the algorithm NCCL_ALGO forced in the run (auto: NCCL's tuner picks)")
+    parser.add_argument("--gpu-name", metavar="NAME", help="GPU model for `nvidia-smi topo -m` text")
+    parser.add_argument("--profile", metavar="FILE", help="a calibrated profile (topowise calibrate)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def parse_size(text: str, flag: str) -> int:
+    """nccl-tests' sizes: a number with an optional K, M, G or T (powers of 1024)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise UsageError(f"{flag} {text!r}: give bytes, optionally with K, M, G or T (e.g. 8, 128M, 8G)")
+    return int(m.group(1)) * 1024 ** "_KMGT".index(m.group(2).upper() or "_")
+
+
+def _ops(text: str) -> list[str]:
+    from topowise.costmodel.profile import OPS
+
+    ops = [o.strip().replace("-", "_") for o in text.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise UsageError(f"--ops {text!r}: give some of {', '.join(OPS)}")
+    return ops
+
+
+def _read(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "stdin"
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace"), path
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from topowise import nccltests
+    from topowise.costmodel.profile_store import resolve_profile
+    from topowise.topology import load_topology
+
+    topo = load_topology(args.topology, args.gpu_name)
+    profile = resolve_profile(args.profile, [topo.gpus[0].name])
+    if args.compare:
+        text, where = _read(args.compare)
+        op = args.op.replace("-", "_") if args.op else None
+        if op is not None and op not in nccltests.NCCL_TESTS_OPS:
+            raise UsageError(f"--op {args.op!r}: give the collective of an nccl-tests binary "
+                             f"({', '.join(nccltests.NCCL_TESTS_OPS)})")
+        measured = nccltests.parse_output(text, where, op)
+        result = nccltests.compare(measured, topo, args.num_gpus, profile, args.algo)
+        if args.json:
+            data = dict(result, rows=[r.to_dict() for r in result["rows"]], measured=measured.to_dict(), source=where)
+            print(json.dumps(data, indent=2))
+        else:
+            print(nccltests.render_comparison(result, measured, where), end="")
+        return 0
+    sizes = nccltests.sweep_sizes(parse_size(args.min_bytes, "--min-bytes"), parse_size(args.max_bytes, "--max-bytes"),
+                                  args.step_factor)
+    table = nccltests.expected_table(topo, _ops(args.ops), sizes, args.num_gpus, profile, args.algo)
+    if args.json:
+        data = dict(table, tables={op: [r.to_dict() for r in rows] for op, rows in table["tables"].items()})
+        print(json.dumps(data, indent=2))
+    else:
+        print(nccltests.render_expected(table, sizes, args.step_factor), end="")
+    return 0
