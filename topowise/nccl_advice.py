@@ -13,7 +13,7 @@ The rule (docs/nccl-tests.md), over the plan's all-reduces whose group spans nod
 called c times per step (costmodel/collectives.py: DDP buckets, HSDP's replica all-reduces):
 
     nccl   = sum c x t_model(tuner_choice(S), S)      the model's time for what NCCL picks
-    forced = sum c x t_model(a, S), a in ring, tree    the same calls with NCCL_ALGO forcing a
+    forced = sum c x t_model(a, S), a in ring, tree (and nvlstree on NVSwitch boards that reduce)
     advise a when  1 - forced(a) / nccl > 5%           (the faster a if both qualify)
 
 t_model is network.collective_time_s with the algorithm forced; tuner_choice is the algorithm with
@@ -40,7 +40,7 @@ NCCL_MIN_VERSION = "2.24.3"  # NCCL_ALGO's "<function>:<algorithms>" form
 
 @dataclass(frozen=True)
 class NcclAdvice:
-    """algorithm: "ring", "tree" or "" (leave NCCL alone); reason: one sentence either way."""
+    """algorithm: "ring", "tree", "nvlstree" or "" (leave NCCL alone); reason: one sentence either way."""
 
     algorithm: str
     gain: float  # 1 - forced / nccl for the advised algorithm (the best forced one when none is advised)
@@ -57,16 +57,21 @@ class NcclAdvice:
         return dict(asdict(self), env=self.env)
 
 
-def tuner_group(group: network.Group) -> network.Group:
-    """The group as NCCL's tuner sees it: every term the model adds beyond the tuner's constants
-    (network.Group's fields with a default: transport and distance latency, regions, the WAN) reset to
-    its default, the value that adds nothing."""
-    return replace(group, **{f.name: f.default for f in fields(group) if f.default is not MISSING})
+# network.Group's terms beyond NCCL's tuner constants: transport and distance latency, regions, the WAN
+MODEL_ONLY = ("ring_extra_us", "tree_extra_us", "regions", "wan_gbps", "wan_lat_us")
+
+
+def tuner_group(group: network.Group, profile: Profile) -> network.Group:
+    """The group as NCCL's tuner sees it: the terms only the model knows (MODEL_ONLY) reset to their
+    defaults, which add nothing; what NCCL detects itself (links, NICs, NVLink SHARP) kept."""
+    defaults = {f.name: f.default for f in fields(group) if f.name in MODEL_ONLY and f.default is not MISSING}
+    plain = replace(group, **defaults)
+    return replace(plain, nvls_tree_gbps=network.nvls_tree_gbps(plain, profile))
 
 
 def tuner_choice(op: str, nbytes: float, gpus, topo, profile: Profile) -> str:
     """The algorithm NCCL's tuner picks: the lower time under its own latency constants."""
-    group = tuner_group(network.describe_group(tuple(gpus), topo))
+    group = tuner_group(network.describe_group(tuple(gpus), topo, profile), profile)
     bus, _ = network.bus_gbps(op, group, profile)
     times = {}
     for algorithm in network.ALGORITHMS:
@@ -118,6 +123,9 @@ def advise(pred, topo, profile: Profile | None = None, time_fn=model_time_s) -> 
         nccl += c.count * times[pick]
         for a in forced:
             forced[a] += c.count * times[a]
+    # only what NCCL can run here (no NVLS-Tree without an NVSwitch that reduces: forcing it runs ring)
+    exists = network.collective_time_s("all_reduce", calls[0].bytes, group, topo, profile)[1]["times_s"]
+    forced = {a: t for a, t in forced.items() if exists.get(a) is not None}
     best = min(forced, key=forced.get)
     gain = 1 - forced[best] / nccl if nccl > 0 else 0.0
     n_calls = sum(c.count for c in calls)

@@ -18,8 +18,11 @@ from topowise.models.spec import load_model
 from topowise.run import Run
 from topowise.topology import load_topology
 
-ONE_RACK = "4x hgx-h100-8+ib-ndr"
-TWO_REGIONS = "2x (2x hgx-h100-8+ib-ndr) + wan-100gbit-30ms-aes-gcm"
+# A100 boards have no NVLink SHARP, so NCCL chooses between ring and tree alone there (NVLS-Tree on
+# Hopper boards: test_nvls_tree.py)
+ONE_RACK = "4x dgx-a100-8+ib-hdr"
+TWO_REGIONS = "2x (2x dgx-a100-8+ib-hdr) + wan-100gbit-30ms-aes-gcm"
+TWO_REGIONS_HOPPER = "2x (2x hgx-h100-8+ib-ndr) + wan-100gbit-30ms-aes-gcm"
 
 
 @cache
@@ -50,13 +53,15 @@ def test_given_where_wan_latency_makes_nccls_pick_the_slower():
 
 
 def test_the_tuner_view_drops_only_what_nccl_does_not_know():
-    _, topo = _pred(TWO_REGIONS)
+    _, topo = _pred(TWO_REGIONS_HOPPER)
     gpus = tuple(range(topo.num_gpus))
     group = network.describe_group(gpus, topo)
-    plain = nccl_advice.tuner_group(group)
-    kept = ("ranks", "nodes", "per_node", "intra_gbps", "intra_hw", "net_gbps")  # what NCCL's tuner sees too
+    plain = nccl_advice.tuner_group(group, nccl_advice.default_profile())
+    kept = ("ranks", "nodes", "per_node", "intra_gbps", "intra_hw", "net_gbps", "intra_link")  # NCCL sees these
     assert [getattr(plain, k) for k in kept] == [getattr(group, k) for k in kept]
     assert plain.regions == 1 and plain.wan_lat_us == 0.0 and plain.ring_extra_us == 0.0
+    # NVLS-Tree stays (NCCL detects the NVSwitch), priced without the WAN's limit
+    assert plain.nvls_tree_gbps > group.nvls_tree_gbps > 0
 
 
 def _shifted(extra_ring_s: float):

@@ -151,7 +151,7 @@ def test_expected_json(capsys):
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     row = data["tables"]["all_reduce"][0]
-    assert data["ranks"] == 16 and row["bytes"] == 2**30 and row["algorithm"].startswith(("ring", "tree"))
+    assert data["ranks"] == 16 and row["bytes"] == 2**30 and row["algorithm"].startswith(("ring", "tree", "nvlstree"))
 
 
 @pytest.mark.parametrize("argv, words", [

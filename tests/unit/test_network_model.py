@@ -69,7 +69,7 @@ def test_dgx_a100_busbw_matches_published_measurement():
 
 
 def test_ring_wins_large_messages_on_few_nodes():
-    c = cluster(2)
+    c = cluster(2, "dgx-a100-8")  # no NVLink SHARP: ring and tree only (NVLS-Tree: test_nvls_tree.py)
     _, detail = collective_time_s("all_reduce", GIB, c.indices, c, PROFILE)
     assert detail["algorithm"] == "ring"
     assert detail["times_s"]["ring"] < detail["times_s"]["tree"]
@@ -88,7 +88,7 @@ def test_forced_algorithm_is_used():
     t_auto, d_auto = collective_time_s("all_reduce", 4 * KIB, c.indices, c, PROFILE)
     assert d_ring["algorithm"] == "ring" and d_auto["algorithm"] == "tree"
     assert t_auto < t_ring
-    with pytest.raises(UsageError, match="ring, tree or auto"):
+    with pytest.raises(UsageError, match="ring, tree, nvlstree or auto"):
         collective_time_s("all_reduce", 1, c.indices, c, PROFILE, algorithm="collnet")
 
 

@@ -29,8 +29,17 @@ sizes (NCCL's own correction factors). What differs is latency: ring's grows wit
 tree's with 2 log2 N network hops. Tree therefore wins small messages on many nodes and ring wins
 large ones; `crossover_bytes` finds the size where they meet. Each algorithm takes the faster of
 two protocols, LL (8-byte flags: low latency, a quarter of the bandwidth, capped) and Simple
-(LL128, in between, is left out). Left out too: NVLS/SHARP and CollNet (in-network reduction),
-NCCL's per-channel caps, the chunk-size pipeline start-up. A fabric that is not rail-optimized
+(LL128, in between, is left out).
+
+NVLS-Tree (NCCL >= 2.18, on by default where NVLS is: HGX H100/H200/B200 boards) reduces inside each
+node through the NVSwitch (NVLink SHARP, comm.py) and runs a tree of the nodes across the network:
+
+    nvlstree (all_reduce, Simple): latency = 25 + 2 log2(N) x 20.9 us   (tuning.cc of NCCL 2.30)
+           bus = min(in-node NVLS bus over k GPUs, network x (2 on 2 nodes), WAN),  algbw = bus x n / 2(n-1)
+
+Left out: CollNet (InfiniBand SHARP in the switches), which NCCL uses only with NCCL_COLLNET_ENABLE=1
+and the SHARP plugin (off by default); NCCL's per-channel caps (perChMaxNVLSTreeBw among them), the
+chunk-size pipeline start-up. A fabric that is not rail-optimized
 changes nothing here: NCCL keeps each ring channel on one NIC index, and crossing the spine costs
 no bandwidth in a non-blocking fat tree (oversubscription, which would, is not modelled).
 
@@ -61,7 +70,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from topowise.costmodel.comm import group_link, ring_efficiency
+from topowise.costmodel.comm import group_link, nvls_fraction, ring_efficiency
 from topowise.costmodel.encryption import encrypted_gbps, encryption_latency_s
 from topowise.costmodel.profile import OPS, Profile, default_profile
 from topowise.errors import UsageError
@@ -69,7 +78,7 @@ from topowise.run import STRATEGIES, normalize_strategy
 from topowise.topology.model import Wiring
 from topowise.units import busbw_factor
 
-ALGORITHMS = ("ring", "tree")
+ALGORITHMS = ("ring", "tree", "nvlstree")
 PROTOCOLS = ("LL", "Simple")
 
 TUNING = "NCCL 2.20.3 src/graph/tuning.cc"
@@ -86,6 +95,11 @@ TREE_BW_FACTOR = 0.92  # tuning.cc: tree busBw *= .92
 LL_BW_FACTOR = {"ring": 1 / 4.0, "tree": 1 / 3.8}  # tuning.cc: LL moves 8-byte lines with 4-byte flags
 LL_MAX_GBPS = {2: 39.0, 3: 20.4}  # tuning.cc llMaxBws, x86 Intel row: 2 nodes, more than 2 nodes
 RING_PLATEAU = 1.4  # tuning.cc: multi-node Simple ring all-reduce latency x1.4 (compute capability >= 8.0)
+# NVLS-Tree (NCCL >= 2.18; src/graph/tuning.cc of NCCL 2.30, Simple protocol only): base latency 0, an
+# NVLink hop of 25 us and a network hop of 20.9 us; the network tier counts twice on 2 nodes ("Handle
+# 2 node case of NVLSTree").
+NVLS_TREE_LAT_US = {"NVLink": 25.0, "NET": 20.9}
+NVLS_TREE_TWO_NODE_NET = 2.0
 # tuning.cc treeCorrectionFactor, index log2(bytes / 64), 64 B .. 256 MiB ("trees are not perfectly
 # sticking to the model for medium sizes").
 TREE_CORRECTION = {
@@ -110,6 +124,7 @@ class Group:
     wan_gbps: float = math.inf  # the group's share of the WAN, after encryption's limit
     wan_lat_us: float = 0.0  # per WAN crossing: one-way latency + encryption latency
     intra_link: str = ""  # comm.group_link's class of the node ring (says whether it runs on an NVSwitch)
+    nvls_tree_gbps: float = 0.0  # bus bandwidth of NCCL's NVLS-Tree all-reduce; 0 where NCCL has none
 
 
 def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
@@ -125,17 +140,33 @@ def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
                   intra_link=group_link(topo.node, worst)[1] if len(worst) > 1 else "")
     if len(per) < 2:
         return group
+    profile = profile or default_profile()
     net_us = topo.network.latency_us  # across nodes: a Cluster
     regions = len(topo.regions_spanned(members))
     wan_gbps, wan_lat = math.inf, 0.0
     if regions > 1:
-        wan, profile = topo.wan, profile or default_profile()
+        wan = topo.wan
         wan_gbps = min(topo.wan_gbps(members),
                        encrypted_gbps(wan.cipher, wan.cores, profile) * topo.wan_gbps(members) / wan.gbps)
         wan_lat = (wan.one_way_s + encryption_latency_s(wan.cipher, profile)) * 1e6
-    return replace(group, ring_extra_us=net_us + topo.ring_extra_us(members),
-                   tree_extra_us=net_us + topo.tree_extra_us(members), regions=regions, wan_gbps=wan_gbps,
-                   wan_lat_us=wan_lat)
+    group = replace(group, ring_extra_us=net_us + topo.ring_extra_us(members),
+                    tree_extra_us=net_us + topo.tree_extra_us(members), regions=regions, wan_gbps=wan_gbps,
+                    wan_lat_us=wan_lat)
+    return replace(group, nvls_tree_gbps=nvls_tree_gbps(group, profile))
+
+
+def nvls_tree_gbps(group: Group, profile: Profile) -> float:
+    """Bus bandwidth of NCCL's NVLS-Tree all-reduce (NVLink SHARP inside each node, a tree of the nodes
+    across the network), 0 where NCCL has none: it needs an NVSwitch that reduces (comm.LinkClass.nvls),
+    more than one GPU per node, and NVLS on (Profile.nvls_enabled, NCCL_NVLS_ENABLE).
+
+    tuning.cc: min(intra NVLS, network (x2 on 2 nodes)); the intra tier is comm.py's in-node NVLS bus
+    bandwidth over the node's k GPUs, the network tier the node's NIC share and the WAN as for ring."""
+    if group.per_node < 2 or not getattr(group.intra_link, "nvls", False) or not profile.nvls_enabled:
+        return 0.0
+    efficiency = profile.comm_efficiency.get("NET/all_reduce", 1.0)
+    net = group.net_gbps * efficiency * (NVLS_TREE_TWO_NODE_NET if group.nodes <= 2 else 1.0)
+    return min(group.intra_gbps * nvls_fraction(group.per_node, profile), net, group.wan_gbps * efficiency)
 
 
 def wan_gbps_effective(topo: Wiring, profile: Profile | None = None) -> float:
@@ -165,8 +196,10 @@ def algorithm_time_s(op: str, nbytes: float, group: Group, algorithm: str, proto
     n, N = group.ranks, group.nodes
     if n < 2:
         return 0.0
-    if algorithm == "tree" and op != "all_reduce":
-        return None  # tuning.cc: tree serves all-reduce only
+    if algorithm in ("tree", "nvlstree") and op != "all_reduce":
+        return None  # tuning.cc: tree and NVLS-Tree serve all-reduce only
+    if algorithm == "nvlstree":
+        return _nvls_tree_time_s(nbytes, group, protocol)
     key = (algorithm, protocol)
     intra_lat = HW_LAT_US[group.intra_hw][key]
     net_lat = HW_LAT_US["NET"][key]
@@ -202,6 +235,19 @@ def algorithm_time_s(op: str, nbytes: float, group: Group, algorithm: str, proto
     return lat * 1e-6 + nbytes / (algbw * 1e9)
 
 
+def _nvls_tree_time_s(nbytes: float, group: Group, protocol: str) -> float | None:
+    """NVLS-Tree all-reduce (tuning.cc): latency = NVLink hop + 2 log2(N) network hops (plus distance and
+    WAN as for tree), algorithm bandwidth = bus x n / 2(n-1) as ring's."""
+    if protocol != "Simple" or group.nvls_tree_gbps <= 0:
+        return None
+    n, N = group.ranks, group.nodes
+    levels = int(math.log2(N))
+    w = min(levels, math.ceil(math.log2(group.regions))) if group.regions > 1 else 0
+    lat = NVLS_TREE_LAT_US["NVLink"] + 2 * levels * NVLS_TREE_LAT_US["NET"]
+    lat += 2 * ((levels - w) * group.tree_extra_us + w * group.wan_lat_us)
+    return lat * 1e-6 + nbytes / (group.nvls_tree_gbps * n / (2 * (n - 1)) * 1e9)
+
+
 def _best(op, nbytes, group, algorithm, bus) -> tuple[float, str] | None:
     options = []
     for protocol in PROTOCOLS:
@@ -228,15 +274,16 @@ def collective_time_s(op: str, nbytes: float, gpus, topo: Wiring, profile: Profi
     """Time of one collective of `nbytes` over `gpus` that span nodes, and how it was found.
 
     `nbytes` follows nccl-tests: the full (gathered) size for all_gather and reduce_scatter.
-    `algorithm` is "auto" (the faster, as NCCL's tuner picks), "ring" or "tree" (as NCCL_ALGO forces;
-    tree exists for all-reduce only, other ops fall back to ring as NCCL does).
+    `algorithm` is "auto" (the fastest, as NCCL's tuner picks), "ring", "tree" or "nvlstree" (as NCCL_ALGO
+    forces; tree and NVLS-Tree exist for all-reduce only, NVLS-Tree only on NVSwitch boards that reduce:
+    where an algorithm does not exist, ring, as NCCL falls back).
     detail: op, bytes, ranks, nodes, per_node, algorithm, protocol, bus_gbps, bound ("intra"/"network"),
-    link ("NET" across nodes), times_s{ring, tree}, network_bytes_per_gpu, source.
+    link ("NET" across nodes), times_s{ring, tree, nvlstree}, network_bytes_per_gpu, source.
     """
     if op not in OPS:
         raise UsageError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     if algorithm not in ("auto",) + ALGORITHMS:
-        raise UsageError(f"unknown NCCL algorithm {algorithm!r}; use ring, tree or auto")
+        raise UsageError(f"unknown NCCL algorithm {algorithm!r}; use {', '.join(ALGORITHMS)} or auto")
     profile = profile or default_profile()
     members = tuple(gpus)
     if len(topo.nodes_spanned(members)) < 2:
@@ -264,6 +311,7 @@ def _wan_s(op, nbytes, group: Group, profile, algorithm: str, time_s: float) -> 
     if group.regions < 2:
         return 0.0
     local = replace(group, regions=1, wan_gbps=math.inf, wan_lat_us=0.0)
+    local = replace(local, nvls_tree_gbps=nvls_tree_gbps(local, profile))
     bus, _ = bus_gbps(op, local, profile)
     options = {a: _best(op, nbytes, local, a, bus) for a in ALGORITHMS}
     usable = [v[0] for a, v in options.items() if v is not None and algorithm in ("auto", a)]
