@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(prediction.to_dict(), **({"model_profile": measured} if measured else {})), indent=2))
     else:
-        render(prediction, profile.memory_headroom)
+        render(prediction, profile.memory_headroom, profile.host_spread)
         if measured:
             print(f"from model profile {measured['file']}: {measured['note']}")
     return 0
@@ -157,8 +157,9 @@ def _table(title: str):
                  pad_edge=False)
 
 
-def render(p, headroom: float | None = None) -> None:
-    """The prediction as tables; `headroom`: the profile's share of GPU memory kept free (its default)."""
+def render(p, headroom: float | None = None, host_spread: float | None = None) -> None:
+    """The prediction as tables; `headroom`: the profile's share of GPU memory kept free, `host_spread`:
+    how much the host's speed moves between launches (both the default profile's when not given)."""
     from topowise.cli.console import column, console, print_whole
     from topowise.costmodel.profile import default_profile
 
@@ -180,9 +181,13 @@ def render(p, headroom: float | None = None) -> None:
         time.add_row(name, _ms(value))
     time.add_row("[bold]step[/]", f"[bold]{_ms(p.step_time_s)}[/]")
     print_whole(out, time)
-    if t.host_wait_s > 0.05 * p.step_time_s:
+    if p.host_bound:
+        lo, hi = p.step_time_range_s
+        spread = default_profile().host_spread if host_spread is None else host_spread
         out.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
-                  "(more tokens per step hide it; ddp issues less per block than FSDP)[/]", highlight=False)
+                  "(more tokens per step hide it; ddp issues less per block than FSDP). The host's speed moves "
+                  f"between launches, so expect {_ms(lo)}-{_ms(hi)} ms (the host up to "
+                  f"{spread:.0%} faster or slower: the profile's host_spread)[/]", highlight=False)
     out.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}",
               highlight=False)
     if t.collectives:
@@ -219,3 +224,4 @@ def render(p, headroom: float | None = None) -> None:
     style = "green" if p.fits else "red"
     word, _, tail = verdict.partition(":")
     out.print(f"[{style}]{word}[/]:{tail}", highlight=False)
+

@@ -8,6 +8,8 @@ from topowise.costmodel.comm import CollectiveCost
 from topowise.costmodel.memory import MemoryBreakdown
 from topowise.run import Run
 
+HOST_BOUND_SHARE = 0.05  # a step whose GPU waits for the host this much of it is called host-bound
+
 
 @dataclass(frozen=True)
 class PhaseCost:
@@ -35,6 +37,8 @@ class TimeBreakdown:
     backward_s: float = 0.0
     host_s: float = 0.0  # host (Python) time to issue the step
     host_wait_s: float = 0.0  # of the step, time the GPU waits for the host (0: GPU-bound)
+    # the step with the host Profile.host_spread faster and slower (step.py); () where there is no host term
+    step_range_s: tuple[float, float] | tuple = ()
     # per phase (forward, backward, optimizer) where the engine's formula has phases; not in to_dict,
     # so predict --json stays as it was: bench train --trace reads it (topowise.expectations)
     phases: tuple[PhaseCost, ...] = ()
@@ -60,6 +64,17 @@ class Prediction:
     islands_spanned: int
     mfu: float = 0.0
     profile_fingerprint: str = ""
+
+    @property
+    def host_bound(self) -> bool:
+        """The GPU waits for the host (Python issuing work) for more than HOST_BOUND_SHARE of the step."""
+        return self.time.host_wait_s > HOST_BOUND_SHARE * self.step_time_s
+
+    @property
+    def step_time_range_s(self) -> tuple[float, float]:
+        """(fastest, slowest) step the host's launch-to-launch spread allows; the step itself twice when
+        the host does not set it."""
+        return tuple(self.time.step_range_s) if self.time.step_range_s else (self.step_time_s, self.step_time_s)
 
     # the run's fields, read where a prediction is reported
     model_name = property(lambda self: self.run.model.name)
@@ -91,6 +106,8 @@ class Prediction:
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "mfu": self.mfu,
+            "host_bound": self.host_bound,
+            "step_time_range_s": list(self.step_time_range_s),
             "time": self.time.to_dict(),
             "memory": self.memory.to_dict(),
             "fits": self.fits,

@@ -157,6 +157,10 @@ _SOURCES = {
     **{f"encryption_gbps_per_core.{k}": (
         f"{ENCRYPTION_WHERE}: {k} {v:g} GB/s on one core (1 MiB buffers, encrypt + tag); "
         "`openssl speed` beside it there") for k, v in ENCRYPTION_GBPS_PER_CORE.items()},
+    "host_spread": ("0.21: the largest launch-to-launch change of a host-bound step recorded on this project's "
+                    "machines: examples.models.llama:build, micro-batch 4, zero3, profiled on one H200 in two "
+                    "launches minutes apart at 49.3 and 59.7 ms (docs/results/2026-12-01-h200x1/model-profile/"
+                    "run3/README.md; 0.37B zero3: 78.2 and 92.6 ms, smallvocab/)"),
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -182,6 +186,9 @@ class Profile:
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER))
+    # how much faster or slower the host may run in another launch than the host terms say (a fraction):
+    # a host-bound step is predicted as a range (step.py), not a point
+    host_spread: float = 0.21
     # NVLink groups of more than 2 GPUs on an NVSwitch (comm.py): op -> an 8-GPU ring's achieved
     # fraction over the 2-GPU one (ops not named: 1)
     nvswitch_ring_scale: dict[str, float] = field(default_factory=lambda: dict(NVSWITCH_RING_SCALE_8))

@@ -211,6 +211,8 @@ def predict_profiled(run: Run, topology, profile: Profile) -> Prediction:
     # at one GPU (host and GPU not overlapping perfectly; the measured coupling, kept as measured).
     residual = float(fig["step_s"]) - max(sum(fig["host_s"].values()), sum(fig["gpu_s"].values()))
     step = max(sum(host.values()), device_s) + residual
+    step_range = tuple(max(sum(host.values()) * scale, device_s) + residual
+                       for scale in (1 - profile.host_spread, 1 + profile.host_spread))
     phases = tuple(PhaseCost(p, device[p], host[p], exposed[p], max(host[p] - device[p], 0.0)) for p in STEP_PHASES)
 
     memory = profiled_memory(run, fig, blocks, topology, profile)
@@ -226,7 +228,7 @@ def predict_profiled(run: Run, topology, profile: Profile) -> Prediction:
         tokens_per_s_per_gpu=per_gpu,
         time=TimeBreakdown(compute_s, sum(c.time_s for c in collectives), sum(exposed.values()), collectives,
                            0.0, gpu["optimizer"], gpu["forward"], gpu["backward"], host_s=sum(host.values()),
-                           host_wait_s=max(step - device_s, 0.0), phases=phases),
+                           host_wait_s=max(step - device_s, 0.0), step_range_s=step_range, phases=phases),
         memory=memory, fits=fits(memory, profile), bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topology.islands_spanned(run.gpus)), mfu=flops / step / peak,
         profile_fingerprint=f"{profile.fingerprint}; {note}" + (f"; {scaled_from}" if scaled_from else ""),

@@ -141,6 +141,9 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     host = {p: profile.host_s(run.strategy, p) * model.num_layers for p in device}
     device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
     step = sum(max(host[p], device[p]) for p in device)
+    # the host's speed moves between launches (Profile.host_spread): a host-bound step is a range
+    step_range = tuple(sum(max(host[p] * scale, device[p]) for p in device)
+                       for scale in (1 - profile.host_spread, 1 + profile.host_spread))
     exposed_by_phase = {"forward": fwd_exposed, "backward": bwd_exposed, "optimizer": opt_exposed}
     phases = tuple(PhaseCost(p, device[p], host[p], exposed_by_phase[p], max(host[p] - device[p], 0.0))
                    for p in device)
@@ -153,7 +156,8 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         run=run, topology=topology.name, step_time_s=step,
         tokens_per_s=per_gpu * run.num_gpus, tokens_per_s_per_gpu=per_gpu,
         time=TimeBreakdown(compute_s, comm_s, exposed, collectives, memory_bound_s, optimizer_s, forward_s, backward_s,
-                           host_s=sum(host.values()), host_wait_s=step - device_s, phases=phases),
+                           host_s=sum(host.values()), host_wait_s=step - device_s, step_range_s=step_range,
+                           phases=phases),
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topology.islands_spanned(run.gpus)),

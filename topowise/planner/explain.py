@@ -131,7 +131,25 @@ def contrast(fast, slow) -> str:
         parts.append(f"micro-batch {slow.micro_batch} against {fast.micro_batch}")
     if not parts:
         parts.append(f"step {b.step_time_s * 1e3:.0f} ms against {a.step_time_s * 1e3:.0f} ms")
-    return f"{pct(ratio)} of the throughput of {plan_label(fast)}: " + "; ".join(parts)
+    text = f"{pct(ratio)} of the throughput of {plan_label(fast)}: " + "; ".join(parts)
+    overlap = within_host_spread(a, b)
+    return f"{text}. {overlap}" if overlap else text
+
+
+def within_host_spread(a, b) -> str | None:
+    """Where the host sets a step, its speed moves between launches (Profile.host_spread). It moves for
+    every candidate at once, so the ranking is unsettled only if it flips at either end of that spread:
+    say so then."""
+    if not (a.host_bound or b.host_bound):
+        return None
+    a_tokens, b_tokens = a.tokens_per_s * a.step_time_s, b.tokens_per_s * b.step_time_s  # per step
+    for end, words in ((0, "fast"), (1, "slow")):
+        a_step, b_step = a.step_time_range_s[end], b.step_time_range_s[end]
+        if b_tokens / b_step >= a_tokens / a_step:
+            return (f"With the host at the {words} end of its launch-to-launch spread the order flips "
+                    f"({b_tokens / b_step:,.0f} tokens/s against {a_tokens / a_step:,.0f}): measure both "
+                    "(bench train) before choosing")
+    return None
 
 
 def with_why(shown: list, ranked: list, topo, profile=None) -> list:

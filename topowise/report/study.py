@@ -545,12 +545,16 @@ def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *
         p = result.plans[0]
         pred = p.prediction
         ckpt = f" with {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
+        lo, hi = pred.step_time_range_s
+        host = (f" Host-bound: the step is {lo * 1e3:,.0f}-{hi * 1e3:,.0f} ms across the host's launch-to-launch "
+                "spread." if pred.host_bound else "")
         return Finding(
             "recommendations", label,
             f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {p.micro_batch}: "
-            f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU. {p.why}",
+            f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU.{host} {p.why}",
             {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
              "activation_checkpointing": p.activation_checkpointing, "checkpointing": p.checkpointing,
+             "host_bound": pred.host_bound, "step_time_range_s": list(pred.step_time_range_s),
              "tokens_per_s": pred.tokens_per_s,
              "peak_bytes": int(pred.memory.peak_bytes), "why": p.why, "shard_group_size": p.shard_group_size})
     why = result.suggestion or "no strategy fits in memory"
