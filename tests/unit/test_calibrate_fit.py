@@ -463,7 +463,7 @@ def test_comm_fit_uses_sizes_from_the_plan_minimum(topo):
 
 
 
-# --- replay of a config.json model's records (issue 16): the record's own shape, else its path ----------
+# --- replay of a config.json model's records: the record's own shape, else its path -----------------------
 # big enough per block that the GPU, not the host, sets the step: the key/value heads show in the time
 SMALL_LLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 8,
                "num_attention_heads": 32, "intermediate_size": 11008, "max_position_embeddings": 4096}

@@ -48,7 +48,7 @@ def test_unknown_model_is_usage_error():
         load_model("no-such-model")
 
 
-# --- where a config came from: a name that tells configs apart, and the path (issue 16) --------------
+# --- where a config came from: a name that tells configs apart, and the path ---------------------------
 TINY_LLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 8,
               "num_attention_heads": 16, "intermediate_size": 2816, "max_position_embeddings": 4096}
 
