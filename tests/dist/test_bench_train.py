@@ -8,6 +8,8 @@ import functools
 import gzip
 import json
 import math
+import os
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -160,13 +162,17 @@ def test_a_launch_whose_ranks_never_join_is_relaunched_once(capsys, monkeypatch)
 @pytest.mark.dist
 def test_a_strategy_past_its_timeout_is_stopped_with_its_ranks(capsys, monkeypatch):
     with_faults(monkeypatch, "ddp:hang")
+    # a mark only this run's ranks inherit, so ranks of another run on the same machine do not count
+    mark = f"TOPOWISE_TEST_RUN={uuid.uuid4().hex}".encode()
+    monkeypatch.setenv(*mark.decode().split("="))
     status, doc = run_json(["--strategies", "ddp", "--timeout", "10"], capsys)
     (ddp,) = doc["records"]
     assert ddp["status"] == "timeout" and "10 s" in ddp["error"] and status == 1  # a hang is no measurement
     left = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            left += [cmdline] if rank_faults.TRAIN_ENTRY.encode() in cmdline.read_bytes() else []
+            ours = mark in (proc / "environ").read_bytes() and int(proc.name) != os.getpid()
+            left += [proc] if ours and rank_faults.TRAIN_ENTRY.encode() in (proc / "cmdline").read_bytes() else []
         except OSError:
             continue
     assert not left, "ranks of the stopped strategy are still running"
