@@ -23,8 +23,8 @@ CASES = (
 
 def main(model_name: str = "llama3.2-1b") -> None:
     model = load_model(model_name)
-    print("| cluster | strategy | NCCL's tuner picks | T_ring | T_tree | advice |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| cluster | strategy | NCCL's tuner picks | T_ring | T_tree | T_nvlstree | advice |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, strategy in CASES:
         topo = load_topology(name)
         shard = topo.gpus_per_node if strategy == "hsdp" else None
@@ -34,8 +34,9 @@ def main(model_name: str = "llama3.2-1b") -> None:
         picks = sorted({tuner_choice("all_reduce", c.bytes, group, topo, default_profile())
                         for c in pred.time.collectives if c.op == "all_reduce" and c.link == "NET"})
         advice = f"allreduce:{a.algorithm}, {a.gain:.0%}" if a.algorithm else "none"
+        nvls = a.forced_s.get("nvlstree")
         print(f"| {name} | {strategy} | {', '.join(picks)} | {a.forced_s['ring'] * 1e3:,.1f} ms | "
-              f"{a.forced_s['tree'] * 1e3:,.1f} ms | {advice} |")
+              f"{a.forced_s['tree'] * 1e3:,.1f} ms | {'-' if nvls is None else f'{nvls * 1e3:,.1f} ms'} | {advice} |")
 
 
 if __name__ == "__main__":
