@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from topowise import hardware
 from topowise.errors import UsageError
-from topowise.topology.cluster import Cluster, NetworkSpec, load_cluster, make_cluster, parse_cluster_name
+from topowise.topology.cluster import Cluster, load_cluster, make_cluster, parse_cluster_name
+from topowise.topology.fabric import NetworkSpec
 from topowise.topology.model import Wiring
 from topowise.topology.presets import load_preset, preset_names
 

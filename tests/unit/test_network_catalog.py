@@ -7,7 +7,8 @@ from topowise.cli.main import main
 from topowise.costmodel.network import Group, algorithm_time_s, collective_time_s
 from topowise.costmodel.profile import default_profile
 from topowise.errors import UsageError
-from topowise.topology.cluster import NetworkSpec, load_cluster, make_cluster, network_spec, with_socket_threads
+from topowise.topology.cluster import load_cluster, make_cluster
+from topowise.topology.fabric import NetworkSpec, network_spec, with_socket_threads
 from topowise.topology.presets import load_preset
 from topowise.units import MIB
 

@@ -13,7 +13,8 @@ from topowise.errors import UsageError
 from topowise.models.spec import load_model
 from topowise.run import Run
 from topowise.topology import load_topology
-from topowise.topology.cluster import Cluster, Layout, load_cluster, parse_layout
+from topowise.topology.cluster import Cluster, load_cluster
+from topowise.topology.fabric import Layout, parse_layout
 from topowise.units import MIB
 
 PROFILE = default_profile()

@@ -17,7 +17,8 @@ from topowise.costmodel.network import (
 )
 from topowise.costmodel.profile import default_profile
 from topowise.errors import UsageError
-from topowise.topology.cluster import NetworkSpec, load_cluster, make_cluster
+from topowise.topology.cluster import load_cluster, make_cluster
+from topowise.topology.fabric import NetworkSpec
 from topowise.topology.presets import load_preset
 from topowise.units import GIB, KIB, MIB
 

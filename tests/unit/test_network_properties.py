@@ -8,7 +8,8 @@ from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import default_profile
 from topowise.models.spec import load_model
 from topowise.run import Run
-from topowise.topology.cluster import Layout, WanSpec, make_cluster, network_spec
+from topowise.topology.cluster import make_cluster
+from topowise.topology.fabric import Layout, WanSpec, network_spec
 from topowise.topology.presets import load_preset
 
 PROFILE = default_profile()

@@ -14,7 +14,8 @@ from topowise.errors import UsageError
 from topowise.models.spec import load_model
 from topowise.run import Run
 from topowise.topology import load_topology
-from topowise.topology.cluster import WAN_CIPHERS, Cluster, WanSpec, load_cluster
+from topowise.topology.cluster import Cluster, load_cluster
+from topowise.topology.fabric import WAN_CIPHERS, WanSpec
 from topowise.units import MIB
 
 PROFILE = default_profile()

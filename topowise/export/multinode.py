@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 
 from topowise.errors import UsageError
-from topowise.topology.cluster import network_spec
+from topowise.topology.fabric import network_spec
 
 RDZV_PORT = 29500  # torchrun's default master port
 HEAD = "$HEAD_NODE"  # in per-node commands: the first node's hostname, set by the user

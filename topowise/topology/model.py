@@ -19,7 +19,7 @@ from topowise import hardware
 from topowise.errors import UsageError
 
 if TYPE_CHECKING:
-    from topowise.topology.cluster import NetworkSpec  # cluster.py builds on this module
+    from topowise.topology.fabric import NetworkSpec
 
 FORMAT = "topowise.topology"
 VERSION = 1
