@@ -119,15 +119,20 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     target = Path(out) if out else None
     cached = cache_path(fp_text) if use_cache else None
     report["warnings"] = fit_warnings(report, parse_fingerprint(fp_text).get("device", device), cached is not None)
-    for path in (target, cached):
+    write_profile(profile, target, cached)
+    main_path = target or cached
+    return Calibration(profile, str(main_path) if main_path else "", str(cached) if cached else None, str(folder),
+                       report, None if from_records else round(time.monotonic() - started, 1))
+
+
+def write_profile(profile: Profile, *paths: Path | None) -> None:
+    """The profile's JSON to each path given, whole or not at all (written beside it, then renamed)."""
+    for path in paths:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(profile.to_json() + "\n")
             tmp.replace(path)
-    main_path = target or cached
-    return Calibration(profile, str(main_path) if main_path else "", str(cached) if cached else None, str(folder),
-                       report, None if from_records else round(time.monotonic() - started, 1))
 
 
 @dataclass(frozen=True)
@@ -164,11 +169,6 @@ def calibrate_encryption(*, out: str | None, records: str | None, use_cache: boo
             append_record(Path(records) / RECORD_FILES["encryption"], rec)
     where = f"{recs[0]['cpu']}, one thread, {time.strftime('%Y-%m-%d', time.gmtime())}"
     profile = apply_encryption(base, recs, where)
-    for path in (target, cache_target):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(profile.to_json() + "\n")
-            tmp.replace(path)
+    write_profile(profile, target, cache_target)
     written = target or cache_target
     return EncryptionCalibration(recs, profile, str(written) if written else "", base_name)
