@@ -159,7 +159,7 @@ class Run:
     micro_batch: int = 1
     seq_len: int = 4096
     activation_checkpointing: bool = False  # True when checkpointing is selective or full (input: also a mode)
-    compile: bool = False
+    compile: bool = False  # torch.compile of each block (bench train --compile)
     fabric: str = "nvlink"
     shard_group_size: int | None = None  # hsdp only; None until place() gives the island's size
     engine: str = "pytorch"

@@ -14,8 +14,8 @@ def predict_earlier_model(monkeypatch) -> None:
 
     per_layer, rope = mem_mod.activation_bytes_per_token_per_layer, mem_mod.rope_bytes
 
-    def expanded(model, autocast=False, gqa_expanded=True):
-        return per_layer(model, autocast, gqa_expanded=True)
+    def expanded(model, autocast=False, gqa_expanded=True, compiled=False):
+        return per_layer(model, autocast, gqa_expanded=True, compiled=compiled)
 
     for module in (mem_mod, ds_mod, step_mod):
         monkeypatch.setattr(module, "activation_bytes_per_token_per_layer", expanded)

@@ -6,7 +6,7 @@ Fixed sets; validate's cases never overlap calibrate's.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from topowise.models.spec import ModelSpec
 from topowise.run import STRATEGY_NAMES, Run
@@ -22,26 +22,31 @@ class Case:
     micro_batch: int
     seq_len: int
     fabric: str = "nvlink"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | str = False  # False, True (full) or a mode's name ("selective"), as Run takes
+    compile: bool = False
+    selective_ac_option: str = "op"  # selective: per op, or every k-th block
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing)
+        return (self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing,
+                self.compile)
 
     @property
     def group(self) -> tuple:
         """Cases that differ only in strategy share a group (the ranking check)."""
-        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing)
+        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing, self.compile)
 
     @property
     def label(self) -> str:
-        return f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} {self.fabric}"
+        return (f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} {self.fabric}"
+                + (" compiled" if self.compile else ""))
 
     def run(self, model: ModelSpec, gpus: Iterable[int], shard_group_size: int | None = None) -> Run:
         """The case on these GPUs, with `model` the spec its name stands for."""
         return Run(model, tuple(gpus), self.strategy, micro_batch=self.micro_batch, seq_len=self.seq_len,
                    activation_checkpointing=self.activation_checkpointing, fabric=self.fabric,
-                   shard_group_size=shard_group_size)
+                   shard_group_size=shard_group_size, compile=self.compile,
+                   selective_ac_option=self.selective_ac_option)
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,29 @@ CPU_VALIDATION = Plan(
     warmup=1, steps=3)
 
 
-def calibration_plan(device: str) -> Plan:
-    return GPU_CALIBRATION if device == "cuda" else CPU_CALIBRATION
+# --compile adds compiled twins (calibrate: what the compiled terms are fitted from, each beside the eager
+# run of the same case; validate: cases it never ran). Compiling costs about 8 s per launch on top of the
+# run (first-step excess on one H200, docs/results/2026-12-01-h200x1/compile), so calibrate --compile
+# adds about a minute and a half to the three minutes.
+COMPILED_CALIBRATION = (
+    _grid([("llama3.2-1b", 1, 8192, ("ddp", "zero3")), ("qwen2.5-0.5b", 1, 8192, ("ddp",))], ("nvlink",))
+    + _grid([("llama3.2-1b", 1, HOST_FLOOR_TOKENS, ("ddp", "zero2", "zero3"))], ("nvlink",)))
+COMPILED_VALIDATION = _grid([("llama3.2-3b", 1, 4096, ("ddp", "zero2", "zero3")),
+                             ("qwen2.5-0.5b", 2, 4096, ("ddp", "zero3"))], ("nvlink", "pcie"))
 
 
-def validation_plan(device: str) -> Plan:
-    return GPU_VALIDATION if device == "cuda" else CPU_VALIDATION
+def with_compiled(plan: Plan, cases: tuple[Case, ...]) -> Plan:
+    return replace(plan, cases=plan.cases + tuple(replace(c, compile=True) for c in cases))
+
+
+def calibration_plan(device: str, compile: bool = False) -> Plan:
+    """The calibration plan; `compile` (GPU only: Inductor on CPU is not what the GPU runs) adds compiled twins."""
+    if device != "cuda":
+        return CPU_CALIBRATION
+    return with_compiled(GPU_CALIBRATION, COMPILED_CALIBRATION) if compile else GPU_CALIBRATION
+
+
+def validation_plan(device: str, compile: bool = False) -> Plan:
+    if device != "cuda":
+        return CPU_VALIDATION
+    return with_compiled(GPU_VALIDATION, COMPILED_VALIDATION) if compile else GPU_VALIDATION

@@ -154,7 +154,7 @@ def nvls_as_run(profile: Profile, nvls_env: str | None, where: str) -> Profile:
 # Bounded least squares of relative errors over named Profile parameters
 
 PARAM_BOUNDS = {"compute_efficiency": (0.01, 1.0), "hbm_efficiency": (0.05, 1.0), "activation_scale": (0.2, 5.0),
-                "activation_traffic": (0.0, 40.0),
+                "activation_traffic": (0.0, 40.0), "compiled_activation_traffic": (0.0, 40.0),
                 "allocator_slack": (0.0, 2.0)}
 OVERLAP_BOUNDS = (0.0, 1.0)
 # what `calibrate --fit` may name besides overlap.<strategy>
@@ -268,7 +268,7 @@ class Observation:
     micro_batch: int
     seq_len: int
     fabric: str
-    activation_checkpointing: bool
+    activation_checkpointing: bool | str  # False, True (full) or "selective"
     world_size: int
     shard_group_size: int | None
     step_time_s: float
@@ -281,11 +281,14 @@ class Observation:
     # records name a preset only (`model`), which load_model reads again
     model_source: str | None = None
     model_spec: ModelSpec | None = None
+    compile: bool = False  # every block compiled (bench train --compile)
+    compile_s: float | None = None  # compiled: the first warm-up step less a timed one (compiling)
+    selective_ac_option: str = "op"
 
     @property
     def case(self) -> Case:
         return Case(self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric,
-                    self.activation_checkpointing)
+                    self.activation_checkpointing, self.compile, self.selective_ac_option)
 
 
 # A run whose identical timed steps differ by more than this (interquartile range / median) is not in a
@@ -314,14 +317,24 @@ def observation_from(r: dict) -> Observation:
                              f"({exc})") from None
     return Observation(
         model=r["model"], strategy=r["strategy"], micro_batch=int(r["micro_batch"]), seq_len=int(r["seq_len"]),
-        fabric=r.get("fabric", "nvlink"), activation_checkpointing=bool(r.get("activation_checkpointing")),
+        fabric=r.get("fabric", "nvlink"),
+        activation_checkpointing="selective" if r.get("checkpointing") == "selective"
+        else bool(r.get("activation_checkpointing")),
+        selective_ac_option=str(r.get("selective_ac_option") or "op"),
         world_size=int(r["world_size"]),
         shard_group_size=r.get("shard_group_size") if r["strategy"] == "hsdp" else None,
         step_time_s=float(r.get("step_time_s") or 0.0),
         peak_allocated_bytes=r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes"),
         reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
         host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"),
-        model_source=r.get("model_source"), model_spec=spec)
+        model_source=r.get("model_source"), model_spec=spec, compile=bool(r.get("compile")),
+        compile_s=first_step_excess(r) if r.get("compile") else None)
+
+
+def first_step_excess(r: dict) -> float | None:
+    """The first warm-up step less the median timed step: what compiling cost this launch (None: no warm-up)."""
+    warmup, step = r.get("warmup_step_times_s") or [], r.get("step_time_s")
+    return max(float(warmup[0]) - float(step), 0.0) if warmup and step else None
 
 
 def observations_from(records: list[dict]) -> list[Observation]:
@@ -391,17 +404,19 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
               else (lambda o: predict_one(profile, o).run.model.num_layers))
     bound = host_bound_runs(profile, obs, predict_one)
     values, src = dict(profile.host_s_per_layer), dict(profile.sources)
-    for strategy in STRATEGY_NAMES:
-        runs = [o for o in bound if o.strategy == strategy]
+    for compiled, strategy in [(c, s) for c in (False, True) for s in STRATEGY_NAMES]:
+        runs = [o for o in bound if o.strategy == strategy and o.compile == compiled]
         if not runs:
             continue
         names = ", ".join(f"{o.model} mb{o.micro_batch} seq{o.seq_len} {o.fabric}" for o in runs)
+        prefix = "compiled/" if compiled else ""
         for phase in STEP_PHASES:
             per_layer = [o.host_phase_s[phase] / blocks(o) for o in runs]
-            values[f"{strategy}/{phase}"] = round(statistics.median(per_layer), 7)
-            src[f"host_s_per_layer.{strategy}/{phase}"] = (
+            values[f"{prefix}{strategy}/{phase}"] = round(statistics.median(per_layer), 7)
+            src[f"host_s_per_layer.{prefix}{strategy}/{phase}"] = (
                 f"calibrated ({where}): median of bench train's host seconds in the {phase} per block over "
-                f"{len(runs)} host-bound runs ({names}; GPU work under {HOST_BOUND_FRACTION:g} of the step): "
+                f"{len(runs)} host-bound{' compiled' if compiled else ''} runs ({names}; GPU work under "
+                f"{HOST_BOUND_FRACTION:g} of the step): "
                 + ", ".join(f"{1e3 * v:.2f}" for v in per_layer) + " ms")
     return replace(profile, host_s_per_layer=values, sources=src), bound
 
@@ -445,6 +460,48 @@ def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callabl
             overlap[s] = overlap[donor]
             src[f"overlap.{s}"] = f"calibrated ({where}): no {s} run; the same mechanism as {donor}, its fitted value"
     return replace(profile, overlap=overlap, sources=src), fit
+
+
+def paired_eager(obs: list[Observation]) -> list[tuple[Observation, Observation]]:
+    """(compiled run, the eager run of the same case: model, strategy, shape, fabric, checkpointing)."""
+    eager = {replace(o.case, compile=True): o for o in obs if not o.compile}
+    return [(o, eager[o.case]) for o in obs if o.compile and o.case in eager]
+
+
+def fit_compiled(profile: Profile, obs: list[Observation], predict_one: Callable,
+                 where: str) -> tuple[Profile, ParamFit | None]:
+    """compiled_activation_traffic from each compiled run beside its eager twin: what compiling saved
+    (measured eager - measured compiled) is taken from the eager prediction, and the compiled elementwise
+    traffic fitted to that. The eager model's own error cancels; only the removed time is fitted. Runs
+    not in a steady state or set by the host (host-bound, either twin) are left out. compile_s: the
+    median over the compiled runs of the first step's excess."""
+    src = dict(profile.sources)
+    compile_runs = [o for o in obs if o.compile and o.compile_s is not None]
+    if compile_runs:
+        value = statistics.median(o.compile_s for o in compile_runs)
+        profile = replace(profile, compile_s=round(value, 2))
+        src["compile_s"] = (f"calibrated ({where}): median over {len(compile_runs)} compiled runs of the first "
+                            "warm-up step less the median timed step: "
+                            + ", ".join(f"{o.case.label} {o.compile_s:.1f} s" for o in compile_runs))
+    pairs = [(c, e) for c, e in paired_eager(obs)
+             if max(c.step_spread, e.step_spread) <= UNSTEADY_SPREAD
+             and predict_one(profile, e).time.host_wait_s == 0 and predict_one(profile, c).time.host_wait_s == 0]
+    if not pairs:
+        src["compiled_activation_traffic"] = (f"not calibrated ({where}: no GPU-bound compiled run beside its eager "
+                                              f"twin); kept: {src.get('compiled_activation_traffic', '')}")
+        return replace(profile, sources=src), None
+    target = {id(c): predict_one(profile, e).step_time_s - (e.step_time_s - c.step_time_s) for c, e in pairs}
+    fit = fit_parameters(profile, ["compiled_activation_traffic"], [c for c, _ in pairs],
+                         lambda p, o: predict_one(p, o).step_time_s, lambda o: target[id(o)])
+    if "compiled_activation_traffic" in fit.values:
+        profile = replace(profile, compiled_activation_traffic=round(fit.values["compiled_activation_traffic"], 4))
+        src["compiled_activation_traffic"] = (
+            f"calibrated ({where}): least squares of the compiled prediction against the eager prediction less "
+            "what compiling saved, measured eager - compiled, over "
+            + ", ".join(f"{c.case.label} ({1e3 * e.step_time_s:.1f} -> {1e3 * c.step_time_s:.1f} ms)"
+                        for c, e in pairs)
+            + f"; rms error {100 * fit.rms_error:.1f}%, worst {100 * fit.max_error:.1f}%")
+    return replace(profile, sources=src), fit
 
 
 def fit_memory(profile: Profile, obs: list[Observation], predict_one: Callable,
@@ -532,12 +589,15 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
     predict_one = predictor(topo, model_loader)
     profile, host_runs = fit_host(profile, obs, predict_one, None, where)
     # a run the host dominates says little about the GPU's rates: the host term describes it
-    device_obs = [o for o in obs if o not in host_runs
+    # (compiled runs fit their own traffic below, against their eager twins)
+    device_obs = [o for o in obs if o not in host_runs and not o.compile
                   and predict_one(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
     profile, step_fit = fit_step_time(profile, device_obs, predict_one, where, fit_names)
+    profile, compiled_fit = fit_compiled(profile, obs, predict_one, where)
     profile, mem_fit = fit_memory(profile, obs, predict_one, where)
     profile = replace(profile, fingerprint=fingerprint)
     report.update(step_time=asdict(step_fit), memory=asdict(mem_fit) if mem_fit else None,
+                  compiled=asdict(compiled_fit) if compiled_fit else None,
                   host_bound=[o.case.label for o in host_runs],
                   unsteady=[f"{o.case.label}: timed steps spread {100 * o.step_spread:.1f}%"
                             for o in device_obs if o.step_spread > UNSTEADY_SPREAD],

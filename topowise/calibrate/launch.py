@@ -75,7 +75,7 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
     # left no memory behind (it would count in the next one's max_memory_allocated)
     train = [{"model": c.model, "strategies": c.strategy, "micro_batch": c.micro_batch, "seq_len": c.seq_len,
               "steps": plan.steps, "warmup": plan.warmup, "activation_checkpointing": c.activation_checkpointing,
-              "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
+              "compile": c.compile, "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
               "out": str(records_dir / RECORD_FILES["train"])} for c in cases]
     passes = None
     if plan.hbm_passes and fabric == plan.fabrics[0]:  # a pass alone does not depend on the fabric

@@ -25,6 +25,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
     parser.add_argument("--gpus", metavar="LIST", help="plan on exactly these GPUs, e.g. 0,1 or 0-3")
     parser.add_argument("--micro-batch", metavar="B", help="micro-batch per GPU (default: try 1, 2, 4, 8)")
     parser.add_argument("--seq-len", metavar="L", default="4096", help="sequence length (default 4096)")
+    parser.add_argument("--compile", action="store_true",
+                        help="consider compiled candidates too (torch.compile of each block) and say whether "
+                             "compiling changes which strategy wins")
     add_model_arguments(parser, "pcie: as if NVLink were not there (exports set NCCL_P2P_DISABLE=1)")
 
 
@@ -81,9 +84,22 @@ def plan_inputs(args: argparse.Namespace):
 
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
     kwargs = {"wan_share": _fraction(args.wan_share, "--wan-share")} if getattr(args, "wan_share", None) else {}
+    kwargs["compile_choices"] = compile_choices(model, bool(getattr(args, "compile", False)))
     return model, topo, {**kwargs, "num_gpus": num_gpus, "gpus": gpus,
                          "micro_batches": (micro_batch,) if micro_batch else None, "seq_len": seq_len,
                          "profile": profile, "fabric": args.fabric, "engine": getattr(args, "engine", "pytorch")}
+
+
+def compile_choices(model, asked: bool) -> tuple[bool, ...]:
+    """Eager only; with --compile eager and compiled; a model profile: how it was profiled (its times are
+    of that one)."""
+    profiled = getattr(model, "model_profile", None)
+    if profiled is not None:
+        if asked and not profiled.compile:
+            raise UsageError(f"{profiled.path} was profiled without --compile: profile again with --compile to "
+                             "plan compiled runs")
+        return (bool(profiled.compile),)
+    return (False, True) if asked else (False,)
 
 
 def _fraction(text: str, flag: str) -> float:
@@ -210,14 +226,16 @@ def _show(result, as_json: bool) -> None:
               f"{' (PCIe what-if)' if result.fabric == 'pcie' else ''}", highlight=False)
     if result.plans:
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+        compiled = any(p.compile for p in result.ranked)  # a column only where compiling was a choice
         for header, justify in (("#", "right"), ("strategy", "left"), ("GPUs (shard groups)", "left"),
-                                ("mb", "right"), ("AC", "left"), ("step ms", "right"), ("tokens/s", "right"),
-                                ("peak GiB", "right")):
+                                ("mb", "right"), ("AC", "left"), *((("compile", "left"),) if compiled else ()),
+                                ("step ms", "right"), ("tokens/s", "right"), ("peak GiB", "right")):
             column(table, header, justify=justify)
         for i, p in enumerate(result.plans, 1):
             gpus = all_groups(p.gpus, p.shard_group_size) if p.shard_group_size else gpu_list(p.gpus)
             pred = p.prediction
             table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), pred.run.checkpoint_words,
+                          *(("yes" if p.compile else "no",) if compiled else ()),
                           f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
                           f"{pred.memory.peak_bytes / 2**30:.1f}")
         print_whole(out, table)

@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--activation-checkpointing", action="store_true",
                         help="recompute each block in backward (= --checkpointing full)")
     add_checkpointing_arguments(parser)
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each block (as bench train --compile): fused elementwise work, fewer "
+                             "saved activations, a compile time paid once per launch")
     parser.add_argument("--shard-group-size", type=int, metavar="G",
                         help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
     add_model_arguments(parser, "pcie: predict as if NVLink were not there")
@@ -63,7 +66,7 @@ def run_from_args(args: argparse.Namespace):
     mode, option = checkpointing_from_args(args)
     run = Run(model, gpus, args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
               checkpointing=mode, selective_ac_option=option, fabric=args.fabric,
-              shard_group_size=args.shard_group_size, engine=args.engine)
+              shard_group_size=args.shard_group_size, engine=args.engine, compile=args.compile)
     profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()
     return run, topo, profile
 
@@ -124,6 +127,7 @@ def headline(p) -> list[str]:
     engine = " as DeepSpeed runs it" if p.engine == "deepspeed" else ""
     hsdp = f" in shard groups of {p.shard_group_size}" if p.shard_group_size else ""
     ac = f", {p.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
+    ac += f", compiled (first step +{p.compile_s:.0f} s, once per launch)" if p.run.compile else ""
     islands = f"{p.islands_spanned} NVLink island{'s' if p.islands_spanned != 1 else ''} spanned"
     if p.bottleneck_gbps is None or p.bottleneck_gbps == float("inf"):
         wiring = "one GPU: no collectives between GPUs"

@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", action="store_true",
                         help="with --measure: run the steps under the profiler and show where each measured step "
                              "goes beside the prediction (the profiler slows the steps)")
+    parser.add_argument("--compile", action="store_true",
+                        help="predict every case compiled (torch.compile of each block); the recommendation weighs "
+                             "eager against compiled; --measure runs bench train --compile")
     parser.add_argument("--json", action="store_true", help="print study.json to stdout instead of the summary")
     add_whatif_arguments(parser)
     parser.add_argument("--questions-model", metavar="M",
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         measured = st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
                                    micro_batch=args.micro_batch, steps=args.measure_steps,
                                    out_jsonl=str(out_dir / "measured.jsonl"), profile=profile,
-                                   trace_dir=str(out_dir / "trace") if args.trace else None)
+                                   trace_dir=str(out_dir / "trace") if args.trace else None, compile=args.compile)
         study = study.with_measured(measured)
     try:
         paths = write_report(study, out_dir, command=_command_line(args))
@@ -139,7 +142,7 @@ def _run_with_progress(st, model, topologies, args, profile, console, networks=(
 
         return st.run_study(model, topologies, num_gpus=args.num_gpus, seq_len=args.seq_len,
                             micro_batch=args.micro_batch, profile=profile, advance=advance, networks=networks,
-                            question_models=question_models, prices=prices)
+                            question_models=question_models, prices=prices, compile=args.compile)
 
 
 def _load_profile(path: str | None, topologies=()):

@@ -21,6 +21,9 @@ ENGINES = {"pytorch": predict_pytorch, "deepspeed": predict_deepspeed}
 def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
     """Step time and memory per GPU for `run` on `topology`, one micro-batch per step.
     fabric "pcie" predicts on the same GPUs with the NVLink links taken away."""
+    if run.compile and run.engine != "pytorch":
+        raise UsageError("--compile is modelled for the PyTorch engine only; DeepSpeed's own compile is not "
+                         "(use --engine pytorch, or leave out --compile)")
     run = place(run, topology)  # on the real wiring, so a pcie what-if keeps hsdp's groups
     wired = topology.without_nvlink() if run.fabric == "pcie" else topology
     if run.model.family == "callable":

@@ -64,6 +64,7 @@ class Prediction:
     islands_spanned: int
     mfu: float = 0.0
     profile_fingerprint: str = ""
+    compile_s: float = 0.0  # compiled: seconds the first step adds, once per launch (not in step_time_s)
 
     @property
     def host_bound(self) -> bool:
@@ -100,6 +101,8 @@ class Prediction:
             "activation_checkpointing": self.activation_checkpointing,
             "checkpointing": self.run.checkpointing,
             "selective_ac_option": self.run.selective_ac_option,
+            "compile": self.run.compile,
+            "compile_s": self.compile_s,
             "fabric": self.fabric,
             "shard_group_size": self.shard_group_size,
             "step_time_s": self.step_time_s,

@@ -87,6 +87,7 @@ def _comm_defaults() -> tuple[dict, dict, dict]:
 _EFF, _LAT, _COMM_SOURCES = _comm_defaults()
 
 HOST_FALLBACK = {"hsdp": "zero3"}
+COMPILED_HOST_FALLBACK = {"zero1": "ddp"}  # compiled blocks under DDP's hooks; no compiled zero1 was measured
 # Step-time defaults: `topowise calibrate` on the 2x H200 machine (host: 32-core Intel Xeon VM), torch
 # 2.11, 2026-11-30, docs/results/2026-11-30-h200x2/run10/profile.json; each source below says from what.
 H200_RUN = "calibrate on 2x H200 (docs/results/2026-11-30-h200x2/run10/profile.json)"
@@ -101,6 +102,26 @@ HOST_S_PER_LAYER: dict[str, float] = {
     "zero2/forward": 2.260e-3, "zero2/backward": 2.406e-3, "zero2/optimizer": 0.258e-3,
     "zero3/forward": 2.187e-3, "zero3/backward": 2.742e-3, "zero3/optimizer": 0.347e-3,
 }
+
+# Compiled blocks (torch.compile, bench train --compile): one H200 (16-core host), torch 2.11, 2026-12-01,
+# docs/results/2026-12-01-h200x1/compile/; each source below says from what (topowise.calibrate.fit's
+# fit_compiled and fit_host over those records, `python benchmarks/compile_accuracy.py --fit`).
+COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200x1/compile/fit)"
+# HBM-equivalent bytes of the elementwise work per saved byte, compiled: fitted against what compiling
+# saved beside each eager twin (llama3.2-1b, 1 x 8192, ddp / zero2 / zero3: 186.4 -> 167.4, 183.4 -> 165.2,
+# 185.3 -> 168.7 ms); rms error 0.4%
+COMPILED_ACTIVATION_TRAFFIC = 6.0912
+# host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
+# tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
+# ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
+COMPILED_HOST_S_PER_LAYER: dict[str, float] = {
+    "compiled/ddp/forward": 1.127e-3, "compiled/ddp/backward": 1.095e-3, "compiled/ddp/optimizer": 0.117e-3,
+    "compiled/zero2/forward": 1.965e-3, "compiled/zero2/backward": 2.355e-3, "compiled/zero2/optimizer": 0.370e-3,
+    "compiled/zero3/forward": 1.423e-3, "compiled/zero3/backward": 2.209e-3, "compiled/zero3/optimizer": 0.285e-3,
+}
+# the first step's excess over a steady one in the 10 compiled runs: 4.0-11.9 s, median 7.97 s (Inductor's
+# on-disk cache warm after the first launch of a shape; a cold one is the slow end)
+COMPILE_S = 7.97
 
 # NVLink groups of more than two GPUs on an NVSwitch board (costmodel/comm.py). The defaults above are
 # 2-GPU measurements; published 8-GPU nccl-tests figures say how a ring's achieved fraction moves with n:
@@ -161,6 +182,15 @@ _SOURCES = {
                     "machines: examples.models.llama:build, micro-batch 4, zero3, profiled on one H200 in two "
                     "launches minutes apart at 49.3 and 59.7 ms (docs/results/2026-12-01-h200x1/model-profile/"
                     "run3/README.md; 0.37B zero3: 78.2 and 92.6 ms, smallvocab/)"),
+    "compiled_activation_traffic": (f"{COMPILE_WHERE}: least squares of the compiled prediction against the eager "
+                                    "prediction less what compiling saved (measured eager - compiled) over "
+                                    "llama3.2-1b 1 x 8192 ddp, zero2, zero3; rms error 0.4%, worst 0.5%"),
+    "compile_s": (f"{COMPILE_WHERE}: median over 10 compiled runs (llama3.2-1b, qwen2.5-0.5b; 128 and 8192 "
+                  "tokens) of the first warm-up step less the median timed step: 4.0-11.9 s"),
+    **{f"host_s_per_layer.{k}": (f"{COMPILE_WHERE}: median over the host-bound compiled runs at 128 tokens "
+                                 "(llama3.2-1b ddp/zero2/zero3, qwen2.5-0.5b ddp/zero3) of bench train's host "
+                                 "seconds in the phase per block; measured on another host than the eager terms")
+       for k in COMPILED_HOST_S_PER_LAYER},
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -183,9 +213,15 @@ class Profile:
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
     # HBM-equivalent bytes of the elementwise work inside the blocks per byte they save for backward
     activation_traffic: float = 11.17
+    # the same with every block compiled (torch.compile): Inductor fuses the elementwise work
+    compiled_activation_traffic: float = COMPILED_ACTIVATION_TRAFFIC
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
-    host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER))
+    # "compiled/strategy/phase": the same with every block compiled
+    host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER, **COMPILED_HOST_S_PER_LAYER))
+    # seconds the first step of a compiled run takes over a steady one: Dynamo and Inductor compiling
+    # the blocks, paid once per launch (not part of the step time)
+    compile_s: float = COMPILE_S
     # how much faster or slower the host may run in another launch than the host terms say (a fraction):
     # a host-bound step is predicted as a range (step.py), not a point
     host_spread: float = 0.21
@@ -201,10 +237,13 @@ class Profile:
     fingerprint: str = ""  # "" for the default; calibrate writes machine + date + versions
     sources: dict = field(default_factory=lambda: dict(_SOURCES, **_COMM_SOURCES))
 
-    def host_s(self, strategy: str, phase: str) -> float:
-        """Host seconds per block for a strategy's phase (hsdp runs zero3's code; 0 when unknown)."""
-        for name in (strategy, HOST_FALLBACK.get(strategy)):
-            value = self.host_s_per_layer.get(f"{name}/{phase}")
+    def host_s(self, strategy: str, phase: str, compiled: bool = False) -> float:
+        """Host seconds per block for a strategy's phase (hsdp runs zero3's code, zero1 ddp's when
+        compiled; 0 when unknown). Compiled: the "compiled/" terms, else the eager ones."""
+        names = (strategy, HOST_FALLBACK.get(strategy))
+        keys = [f"compiled/{n}/{phase}" for n in names + (COMPILED_HOST_FALLBACK.get(strategy),)] if compiled else []
+        for key in keys + [f"{n}/{phase}" for n in names]:
+            value = self.host_s_per_layer.get(key)
             if value is not None:
                 return float(value)
         return 0.0

@@ -9,6 +9,11 @@
   projection: every second matmul of the four, whose output the rest of the block needs again).
   Per-op selective also reruns the blocks' cheap ops: their forward's share of the elementwise
   traffic below (for "full" that traffic is inside the calibrated rates the full cases were fitted with).
+- torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
+  traffic (Profile.compiled_activation_traffic: Inductor fuses norms, rotary, SwiGLU and casts), the
+  saved activations (memory.py: the activation function's output is recomputed, not kept) and the
+  host's time per block ("compiled/" host terms: Dynamo's guards and the compiled graph's launch in
+  place of the eager kernels). Matmuls and attention run the same kernels compiled or not.
 - memory-bound work on the compute stream, over HBM bandwidth (hardware.py) x Profile.hbm_efficiency:
   the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 12+4, nll gradient 4, log_softmax
   backward 12+4, cast back 4+2 = 48 bytes; a vocabulary row of 128k-152k fp32 logits does not fit in
@@ -113,8 +118,8 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         copy_bytes = loss_bytes + FSDP_COPY_OUT_BYTES_PER_PARAM * (model.params + regathered)
     # elementwise work inside the blocks (norms, rotary, SwiGLU, residuals, casts) reads and writes the
     # activations; its traffic is counted as activation_traffic x the bytes the blocks save for backward
-    act = profile.activation_traffic * activation_bytes_per_token_per_layer(
-        model, autocast=autocast) * tokens * model.num_layers
+    traffic = profile.compiled_activation_traffic if run.compile else profile.activation_traffic
+    act = traffic * activation_bytes_per_token_per_layer(model, autocast=autocast) * tokens * model.num_layers
     fwd_bytes += act / 2
     copy_bytes += act
     if run.checkpointing == "selective" and run.selective_ac_option == "op":
@@ -138,7 +143,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     device = {"forward": forward_s + fwd_bytes / hbm + fwd_exposed,
               "backward": backward_s + (copy_bytes - fwd_bytes) / hbm + bwd_exposed,
               "optimizer": optimizer_s + opt_exposed}
-    host = {p: profile.host_s(run.strategy, p) * model.num_layers for p in device}
+    host = {p: profile.host_s(run.strategy, p, run.compile) * model.num_layers for p in device}
     device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
     step = sum(max(host[p], device[p]) for p in device)
     # the host's speed moves between launches (Profile.host_spread): a host-bound step is a range
@@ -162,4 +167,5 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topology.islands_spanned(run.gpus)),
         mfu=model_flops / step / peak, profile_fingerprint=profile.fingerprint,
+        compile_s=profile.compile_s if run.compile else 0.0,
     )

@@ -1,4 +1,4 @@
-"""Candidates: strategy x GPU subset x micro-batch x activation checkpointing, island-aware.
+"""Candidates: strategy x GPU subset x micro-batch x activation checkpointing (x compile), island-aware.
 
 Checkpointing takes three values, in order of memory saved and time spent: False (none),
 "selective" (per op: torchtitan's default), True (full). They go into Run.activation_checkpointing,
@@ -31,16 +31,18 @@ class Candidate:
     activation_checkpointing: bool | str  # one of CHECKPOINTING_CHOICES
     shard_group_size: int | None = None
     placement: str = "best"  # best | first | spread | given
+    compile: bool = False  # torch.compile of each block
 
     @property
     def group_key(self) -> tuple:
         """Candidates that differ only in micro-batch (memory grows with it: the search stops at the first miss)."""
-        return (self.strategy, self.gpus, self.shard_group_size, self.activation_checkpointing)
+        return (self.strategy, self.gpus, self.shard_group_size, self.activation_checkpointing, self.compile)
 
     @property
     def memory_key(self) -> tuple:
         """Memory depends on the GPU count, not on which GPUs: one miss rules out every placement."""
-        return (self.strategy, len(self.gpus), self.shard_group_size, self.activation_checkpointing, self.micro_batch)
+        return (self.strategy, len(self.gpus), self.shard_group_size, self.activation_checkpointing, self.compile,
+                self.micro_batch)
 
 
 def shard_groups(gpus: tuple[int, ...], size: int | None) -> tuple[tuple[int, ...], ...]:
@@ -106,8 +108,10 @@ def strategy_options(topo: Topology, k: int) -> tuple[tuple[str, int | None], ..
 
 
 def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
-                         micro_batches: tuple[int, ...] | None = None) -> list[Candidate]:
-    """Every candidate, micro-batches ascending inside each (strategy, GPUs, shard, checkpointing) group."""
+                         micro_batches: tuple[int, ...] | None = None,
+                         compile_choices: tuple[bool, ...] = (False,)) -> list[Candidate]:
+    """Every candidate, micro-batches ascending inside each (strategy, GPUs, shard, checkpointing, compile)
+    group; `compile_choices`: (False,) eager only, (False, True) eager and compiled."""
     mbs = tuple(sorted(set(micro_batches or DEFAULT_MICRO_BATCHES)))
     if gpus is not None:
         where = [("given", island_order(topo, gpus))]
@@ -120,5 +124,6 @@ def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: t
         for label, subset in where or placements(topo, k):
             for strategy, shard in strategy_options(topo, k):
                 for ac in CHECKPOINTING_CHOICES:
-                    out.extend(Candidate(strategy, subset, mb, ac, shard, label) for mb in mbs)
+                    for compiled in compile_choices:
+                        out.extend(Candidate(strategy, subset, mb, ac, shard, label, compiled) for mb in mbs)
     return out

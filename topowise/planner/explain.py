@@ -102,10 +102,30 @@ def host_phrase(pred, whose: str = "the") -> str | None:
 def facts(p) -> str:
     pred = p.prediction
     ac = f", {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
+    ac += ", compiled" if pred.run.compile else ""
     host = host_phrase(pred)
     return (f"{pred.tokens_per_s:,.0f} tokens/s at micro-batch {p.micro_batch}{ac}; {comm_phrase(pred)}; "
             + (f"{host}; " if host else "")
             + f"peak {pred.memory.peak_bytes / GIB:.1f} of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB")
+
+
+def compile_note(plans) -> str:
+    """Whether compiling the blocks changes which strategy ranks first, and what compiling buys it;
+    `plans`: every feasible plan, eager and compiled (not collapsed by rank)."""
+    def fastest(compiled: bool):
+        return max((p for p in plans if p.compile == compiled), key=lambda p: p.prediction.tokens_per_s, default=None)
+
+    eager, compiled = fastest(False), fastest(True)
+    if eager is None or compiled is None:
+        kind = "compiled" if eager is None else "eager"
+        return f"compile: only {kind} candidates fit"
+    ratio = compiled.prediction.tokens_per_s / eager.prediction.tokens_per_s
+    first = f"compiled, {plan_label(compiled)} ranks first at {compiled.prediction.tokens_per_s:,.0f} tokens/s"
+    if (compiled.strategy, compiled.shard_group_size) != (eager.strategy, eager.shard_group_size):
+        return (f"compiling changes the winner: {first}; eager, {plan_label(eager)} would "
+                f"({eager.prediction.tokens_per_s:,.0f} tokens/s; compiled is {pct(ratio - 1)} faster)")
+    return (f"compile: {first}, {pct(ratio - 1)} over eager; the same strategy wins either way. The first step "
+            f"of a compiled launch takes about {compiled.prediction.compile_s:.0f} s more (compiling)")
 
 
 def contrast(fast, slow) -> str:

@@ -39,6 +39,7 @@ class Plan:
     activation_checkpointing = property(lambda self: self.prediction.activation_checkpointing)
     checkpointing = property(lambda self: self.prediction.run.checkpointing)
     shard_group_size = property(lambda self: self.prediction.shard_group_size)
+    compile = property(lambda self: self.prediction.run.compile)
 
     def to_dict(self) -> dict:
         p = self.prediction
@@ -49,6 +50,7 @@ class Plan:
             "activation_checkpointing": self.activation_checkpointing,
             "checkpointing": self.checkpointing,
             "selective_ac_option": p.run.selective_ac_option,
+            "compile": p.run.compile,
             "shard_group_size": self.shard_group_size,
             "step_time_s": p.step_time_s,
             "tokens_per_s": p.tokens_per_s,
@@ -170,7 +172,7 @@ def candidate_run(model: ModelSpec, c: Candidate, *, seq_len: int, fabric: str, 
         engine = "pytorch"
     return Run(model, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
                activation_checkpointing=c.activation_checkpointing, fabric=fabric,
-               shard_group_size=c.shard_group_size, engine=engine)
+               shard_group_size=c.shard_group_size, engine=engine, compile=c.compile)
 
 
 def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile, engine: str = "pytorch") -> Prediction:
@@ -205,11 +207,11 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
 
 
 def rank(plans: list[Plan]) -> list[Plan]:
-    """Fastest first; ties to fewer GPUs, less recompute (none, selective, full), less memory. One entry
-    per distinct choice."""
+    """Fastest first; ties to fewer GPUs, less recompute (none, selective, full), eager (no compile time),
+    less memory. One entry per distinct choice."""
     ordered = sorted(plans, key=lambda p: (-p.prediction.tokens_per_s, len(p.gpus),
-                                           CHECKPOINTING.index(p.checkpointing), p.prediction.memory.peak_bytes,
-                                           p.gpus))
+                                           CHECKPOINTING.index(p.checkpointing), p.compile,
+                                           p.prediction.memory.peak_bytes, p.gpus))
     out: list[Plan] = []
     seen: set[tuple] = set()
     for p in ordered:
@@ -226,7 +228,7 @@ def rank(plans: list[Plan]) -> list[Plan]:
 def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
          micro_batches: tuple[int, ...] | None = None, seq_len: int = 4096, profile: Profile | None = None,
          top: int = 5, fabric: str = "nvlink", engine: str = "pytorch",
-         wan_share: float = regions.DEFAULT_WAN_SHARE) -> PlanResult:
+         wan_share: float = regions.DEFAULT_WAN_SHARE, compile_choices: tuple[bool, ...] = (False,)) -> PlanResult:
     """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring).
     wan_share: on a cluster with regions, the WAN share of a step the reasons aim gradient accumulation at."""
     check_inputs(topo, num_gpus, gpus, micro_batches, seq_len, top)
@@ -236,7 +238,10 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
         raise UsageError(f"--fabric {fabric!r}: give {' or '.join(FABRICS)}")
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine!r}: give {' or '.join(ENGINES)}")
-    candidates = enumerate_candidates(topo, num_gpus=num_gpus, gpus=gpus, micro_batches=micro_batches)
+    if True in compile_choices and engine == "deepspeed":
+        raise UsageError("--compile is modelled for the PyTorch engine only; DeepSpeed's own compile is not")
+    candidates = enumerate_candidates(topo, num_gpus=num_gpus, gpus=gpus, micro_batches=micro_batches,
+                                      compile_choices=compile_choices)
     if engine == "deepspeed":
         candidates = [c for c in candidates if STRATEGIES[c.strategy].deepspeed_stage is not None]
     fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile,
@@ -245,6 +250,8 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
     shown = tuple(with_region_why(explain.with_why(ranked[:top], ranked, topo, profile), topo, wan_share))
     misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.gpus), i.micro_batch))
     notes = explain.notes(ranked, topo, profile=profile) + regions.notes(ranked, topo, wan_share)
+    if len(set(compile_choices)) > 1:
+        notes.append(explain.compile_note(fits))
     trade = explain.memory_trade(ranked, misses)
     if trade:
         notes.insert(0, trade)

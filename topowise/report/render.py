@@ -193,6 +193,7 @@ def recommendation_blocks(study: Study) -> list[tuple]:
             rows.append([f.topology, "nothing fits", "-", "-", "-", "-", "-"])
         else:
             groups = f" (shard groups of {v['shard_group_size']})" if v.get("shard_group_size") else ""
+            groups += ", compiled" if v.get("compile") else ""
             rows.append([f.topology, v["strategy"] + groups, gpu_list(v["gpus"]), str(v["micro_batch"]),
                          v.get("checkpointing") or ("full" if v["activation_checkpointing"] else "none"),
                          f"{v['tokens_per_s']:,.0f}",

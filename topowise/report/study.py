@@ -358,10 +358,11 @@ def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_g
               seq_len: int = 4096, micro_batch: int = 1, profile=None,
               strategies: tuple[str, ...] = STRATEGY_NAMES,
               advance: Callable[[str], None] | None = None, networks: tuple[str, ...] = (),
-              question_models: tuple[ModelSpec, ...] = (), prices=None) -> Study:
+              question_models: tuple[ModelSpec, ...] = (), prices=None, compile: bool = False) -> Study:
     """Predict every (topology, placement, strategy); derive the findings. `advance(what)` ticks a progress bar.
     networks: the what-if networks for each cluster topology (--network); question_models: answer the
-    four network questions (report/networks.py) for these models."""
+    four network questions (report/networks.py) for these models. compile: every case compiled (torch.compile
+    of each block), and the planner's recommendation weighs eager against compiled."""
     check_study_args(topologies, num_gpus=num_gpus, seq_len=seq_len, micro_batch=micro_batch, model=model)
     summaries, cases = [], []
     for label, topo in topologies:
@@ -369,13 +370,14 @@ def run_study(model: ModelSpec, topologies: list[tuple[str, Topology]], *, num_g
         summaries.append(summarize_topology(label, topo, placements))
         for place in placements:
             for strategy in strategies:
-                cases.append(_predict_case(model, topo, label, place, strategy, seq_len, micro_batch, profile))
+                cases.append(_predict_case(model, topo, label, place, strategy, seq_len, micro_batch, profile,
+                                           compile))
                 if advance:
                     advance(f"{label} {place.label} {strategy}")
     recs = []
     for label, topo in topologies:
         recs.append(recommend(model, topo, label, cases, num_gpus=num_gpus, seq_len=seq_len,
-                              micro_batch=micro_batch, profile=profile))
+                              micro_batch=micro_batch, profile=profile, compile=compile))
         if advance:
             advance(f"{label} plan")
     summaries_t = tuple(summaries)
@@ -434,9 +436,10 @@ def check_study_args(topologies, *, num_gpus, seq_len, micro_batch, model: Model
         raise UsageError(f"--micro-batch {micro_batch}: give a positive micro-batch, e.g. 1")
 
 
-def _predict_case(model, topo, label, place, strategy, seq_len, micro_batch, profile) -> Case:
+def _predict_case(model, topo, label, place, strategy, seq_len, micro_batch, profile, compile=False) -> Case:
     try:
-        p = predict(Run(model, place.gpus, strategy, micro_batch=micro_batch, seq_len=seq_len), topo, profile)
+        p = predict(Run(model, place.gpus, strategy, micro_batch=micro_batch, seq_len=seq_len, compile=compile),
+                    topo, profile)
     except UsageError as exc:  # e.g. hsdp on a single island: the cost model says why
         return Case(label, place.label, strategy, place.gpus, error=str(exc))
     return Case(label, place.label, strategy, place.gpus, p.step_time_s, p.tokens_per_s, int(p.memory.peak_bytes),
@@ -537,26 +540,31 @@ def fsdp_near_ddp(cases: list[Case]) -> tuple[Finding, ...]:
 
 
 def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *, num_gpus, seq_len, micro_batch,
-              profile) -> Finding:
-    """The planner's first plan on this topology, with its reasons."""
+              profile, compile: bool = False) -> Finding:
+    """The planner's first plan on this topology, with its reasons (and, with compile, whether compiling
+    changes the winner)."""
     result = plan(model, topo, num_gpus=num_gpus or topo.num_gpus, micro_batches=(micro_batch,),
-                  seq_len=seq_len, profile=profile, top=1)
+                  seq_len=seq_len, profile=profile, top=1, compile_choices=(False, True) if compile else (False,))
     if result.plans:
         p = result.plans[0]
         pred = p.prediction
         ckpt = f" with {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
+        ckpt += ", compiled" if p.compile else ""
+        compiled_note = next((f". {n[0].upper()}{n[1:]}" for n in result.notes if n.startswith("comp")), "")
         lo, hi = pred.step_time_range_s
         host = (f" Host-bound: the step is {lo * 1e3:,.0f}-{hi * 1e3:,.0f} ms across the host's launch-to-launch "
                 "spread." if pred.host_bound else "")
         return Finding(
             "recommendations", label,
             f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {p.micro_batch}: "
-            f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU.{host} {p.why}",
+            f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU.{host} "
+            f"{p.why.rstrip('.')}{compiled_note}",
             {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
              "activation_checkpointing": p.activation_checkpointing, "checkpointing": p.checkpointing,
-             "host_bound": pred.host_bound, "step_time_range_s": list(pred.step_time_range_s),
+             "compile": p.compile, "host_bound": pred.host_bound, "step_time_range_s": list(pred.step_time_range_s),
              "tokens_per_s": pred.tokens_per_s,
-             "peak_bytes": int(pred.memory.peak_bytes), "why": p.why, "shard_group_size": p.shard_group_size})
+             "peak_bytes": int(pred.memory.peak_bytes), "why": p.why.rstrip(".") + compiled_note,
+             "shard_group_size": p.shard_group_size})
     why = result.suggestion or "no strategy fits in memory"
     return Finding("recommendations", label, f"{label}: nothing fits. {why}",
                    {"source": "planner", "strategy": None, "why": why})
@@ -586,7 +594,7 @@ MEASURE_MODEL = "llama3.2-1b"  # small enough that every strategy fits on one 80
 
 def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq_len: int, micro_batch: int,
                  steps: int, out_jsonl: str, profile=None, strategies: tuple[str, ...] = STRATEGY_NAMES,
-                 timeout_s: float = 3600.0, trace_dir: str | None = None) -> MeasuredRun:
+                 timeout_s: float = 3600.0, trace_dir: str | None = None, compile: bool = False) -> MeasuredRun:
     """Run `topowise bench train` in a subprocess on `gpus`, then pair each record with its prediction;
     with trace_dir, the steps run under the profiler (`--trace`, which slows them) and where each
     strategy's measured step goes is read from trace_dir/<strategy>/breakdown.json.
@@ -601,6 +609,8 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
             "--seq-len", str(seq_len), "--steps", str(steps), "--out", out_jsonl]
     if trace_dir:
         args += ["--trace", trace_dir]
+    if compile:
+        args += ["--compile"]
     env = dict(os.environ)
     if tuple(gpus) != topo.indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -619,7 +629,8 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
     for strategy in strategies:
         rec = latest[strategy] = next((r for r in reversed(records) if r.get("strategy") == strategy), None)
         try:
-            p = predict(Run(model, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len), topo, profile)
+            p = predict(Run(model, gpus, strategy, micro_batch=micro_batch, seq_len=seq_len, compile=compile),
+                        topo, profile)
             # allocated bytes of a steady step: what max_memory_allocated over the timed steps measures
             pred_t, pred_m = p.step_time_s, int(p.memory.allocated_bytes)
         except UsageError:
