@@ -71,12 +71,13 @@ def table(folder: Path) -> str:
                         f"{100 * mem:+.1f}% |")
     head = ("| set | model | mb x seq | strategy | mode | measured ms | predicted ms | error | bound (range) | "
             "measured GiB | predicted GiB | error |\n|" + "---|" * 12)
-    summary = ["| set | mode | bound | cases | step error mean / max | inside range | memory error mean / min..max |",
+    summary = ["| set | mode | bound | cases | step error mean / max | inside the host range | memory error mean / min..max |",
                "|---|---|---|---|---|---|---|"]
     for (part, compiled, kind), e in sorted(errors.items()):
         steps, mems, inside = zip(*e)
         summary.append(f"| {part} | {'compiled' if compiled else 'eager'} | {kind} | {len(e)} | "
-                       f"{100 * statistics.mean(steps):.1f}% / {100 * max(steps):.1f}% | {sum(inside)} of {len(e)} | "
+                       f"{100 * statistics.mean(steps):.1f}% / {100 * max(steps):.1f}% | "
+                       f"{f'{sum(inside)} of {len(e)}' if kind == 'host-bound' else '-'} | "
                        f"{100 * statistics.mean(map(abs, mems)):.1f}% / "
                        f"{100 * min(mems):+.1f}..{100 * max(mems):+.1f}% |")
     return "\n".join([head, *rows, "", *summary, ""])

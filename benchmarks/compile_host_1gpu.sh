@@ -5,6 +5,7 @@
 #   drift     five launches of a host-bound and a GPU-bound strategy, each with the host index timed
 #             alone before it (and inside bench train, before and after the timed steps), the CPU's
 #             clock and the GPU's SM clock: does the index follow the host's drift between launches?
+#   drift2    eight launches of the host-bound one, --pin-cpus on every second, both indexes alone before each
 #   fit       eager and --compile on the two calibration models (8192 tokens and the 128-token host
 #             floor): what the compiled terms of the profile are fitted from
 #   fit2      the second calibration model compiled (ddp, zero3)
@@ -28,6 +29,15 @@ for stage in "$@"; do
           nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader; } >> "$OUT/drift/machine_state.txt" 2>&1
         T 60 python3 -m topowise.measure.host_index --json >> "$OUT/drift/index_alone.jsonl" 2>&1
         T 120 $B --model $C/llama-0.37b.json --strategies zero3,ddp --micro-batch 8 --seq-len 1024 --steps 8 --warmup 3 --out "$OUT/drift/train.jsonl" >> "$OUT/drift/train.txt" 2>&1
+      done ;;
+    drift2)  # the same, alternating --pin-cpus, with both indexes (CUDA launches, CPU dispatch) alone before each
+      for i in 1 2 3 4; do
+        for pin in "" "--pin-cpus"; do
+          { date -u +%FT%TZ; cat /proc/loadavg; nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader; } >> "$OUT/drift2/machine_state.txt" 2>&1
+          T 60 python3 -m topowise.measure.host_index --json --device cuda >> "$OUT/drift2/index_alone.jsonl" 2>&1
+          T 60 python3 -m topowise.measure.host_index --json --device cpu >> "$OUT/drift2/index_alone.jsonl" 2>&1
+          T 120 $B --model $C/llama-0.37b.json --strategies zero3 --micro-batch 8 --seq-len 1024 --steps 12 --warmup 3 $pin --out "$OUT/drift2/train.jsonl" >> "$OUT/drift2/train.txt" 2>&1
+        done
       done ;;
     fit)
       for m in llama3.2-1b qwen2.5-0.5b; do
