@@ -71,7 +71,8 @@ def table(folder: Path) -> str:
                         f"{100 * mem:+.1f}% |")
     head = ("| set | model | mb x seq | strategy | mode | measured ms | predicted ms | error | bound (range) | "
             "measured GiB | predicted GiB | error |\n|" + "---|" * 12)
-    summary = ["| set | mode | bound | cases | step error mean / max | inside the host range | memory error mean / min..max |",
+    summary = ["| set | mode | bound | cases | step error mean / max | inside the host range | "
+               "memory error mean / min..max |",
                "|---|---|---|---|---|---|---|"]
     for (part, compiled, kind), e in sorted(errors.items()):
         steps, mems, inside = zip(*e)

@@ -174,3 +174,16 @@ def test_the_host_index_times_cpu_dispatch_without_a_gpu():
 
     index = measure_host_index("cpu", ops=200, rounds=3)
     assert index.path == "cpu-dispatch" and index.us_per_op > 0 and index.rounds == 3
+
+
+def test_a_compiled_plan_says_so_in_its_export_and_round_trips(tmp_path, capsys):
+    from topowise.export import LaunchPlan
+
+    model, topo = load_model("llama3.2-1b"), load_topology("h200-x2")
+    result = plan(model, topo, seq_len=8192, top=1, compile_choices=(False, True))
+    assert result.best.compile
+    launch = LaunchPlan.from_plan(result.best, result, topo)
+    assert launch.compile and any("compiled" in w for w in launch.warnings) and ", compiled" in launch.summary()
+    assert LaunchPlan.from_dict(json.loads(json.dumps(launch.to_dict()))).compile
+    eager = plan(model, topo, seq_len=8192, top=1)
+    assert not LaunchPlan.from_plan(eager.best, eager, topo).compile

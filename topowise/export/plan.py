@@ -28,6 +28,7 @@ class LaunchPlan:
     checkpointing: str = ""  # none | selective | full (run.CHECKPOINTING); "" = from activation_checkpointing
     selective_ac_option: str = "op"  # with selective: "op" (per op) or k (every k-th block)
     fabric: str = "nvlink"
+    compile: bool = False  # torch.compile of each block
     step_time_s: float = 0.0
     tokens_per_s: float = 0.0
     peak_memory_bytes: int = 0
@@ -100,6 +101,9 @@ class LaunchPlan:
                        f"{self.nproc} GPUs cross PCIe{rate}")
         if self.fabric == "pcie":
             out.append("NCCL_P2P_DISABLE=1 keeps NCCL off NVLink (the PCIe what-if); drop it for real runs")
+        if self.compile:  # no launcher flag compiles each block alone: the training script (or torchtitan) does
+            out.append("the plan's speed assumes each transformer block compiled (torch.compile per block, as "
+                       "torchtitan's compile.enable with components model does); without it expect the eager step")
         return tuple(out)
 
     def summary(self) -> str:
@@ -111,6 +115,7 @@ class LaunchPlan:
             mode = self.checkpointing
             option = f" ({self.selective_ac_option})" if mode == "selective" else ""
             ac = f", {mode}{option} activation checkpointing"
+        ac += ", compiled" if self.compile else ""
         engine = f" as DeepSpeed runs it (ZeRO-{self.spec.deepspeed_stage})" if self.engine == "deepspeed" else ""
         where = f"{self.num_nodes} nodes x GPUs {','.join(map(str, self.local_gpus))}" if self.num_nodes > 1 else \
             f"GPUs {','.join(map(str, self.gpus))}"
@@ -141,6 +146,7 @@ class LaunchPlan:
             micro_batch=plan.micro_batch, seq_len=result.seq_len,
             activation_checkpointing=plan.activation_checkpointing, shard_group_size=plan.shard_group_size,
             checkpointing=pred.run.checkpointing, selective_ac_option=str(pred.run.selective_ac_option),
+            compile=pred.run.compile,
             fabric=result.fabric, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s,
             peak_memory_bytes=pred.memory.peak_bytes, gpu_memory_bytes=pred.memory.gpu_memory_bytes,
             link_gbps=None if link is None or link == float("inf") else link,
@@ -166,6 +172,7 @@ class LaunchPlan:
                 "activation_checkpointing": self.activation_checkpointing,
                 "checkpointing": self.checkpointing,
                 "selective_ac_option": self.selective_ac_option,
+                "compile": self.compile,
                 "shard_group_size": self.shard_group_size,
                 "fabric": self.fabric,
                 "step_time_s": self.step_time_s,
@@ -202,6 +209,7 @@ class LaunchPlan:
                 activation_checkpointing=bool(p["activation_checkpointing"]),
                 checkpointing=str(p.get("checkpointing", "")),
                 selective_ac_option=str(p.get("selective_ac_option", "op")),
+                compile=bool(p.get("compile", False)),
                 shard_group_size=None if p.get("shard_group_size") is None else int(p["shard_group_size"]),
                 fabric=str(p.get("fabric", "nvlink")), step_time_s=float(p.get("step_time_s", 0.0)),
                 tokens_per_s=float(p.get("tokens_per_s", 0.0)),

@@ -113,7 +113,7 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     device_type = "cuda" if case.device == "cuda" else "cpu"
     measured_peak, model = prepare_case(case, rank)
     layout = node_labels(ranks_by_node(rank.world_size))  # which node holds which ranks (multi-node jobs)
-    if device_type == "cuda":  # the host's speed in this launch (launch path, and dispatch alone), beside its host phase times
+    if device_type == "cuda":  # the host's speed in this launch (launches, dispatch alone), beside its host phases
         layout["host_index"] = measure_host_index("cuda").to_dict()
         layout["host_index_cpu"] = measure_host_index("cpu").to_dict()
     wrapped, optimizer, mesh_layout = S.apply_strategy(model, case.run, rank.world_size, device_type=device_type,
