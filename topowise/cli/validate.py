@@ -180,6 +180,7 @@ def render(result, where: str, device: str) -> None:
         c = r.case
         name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}"
         name += " ac" if c.activation_checkpointing else ""
+        name += " compiled" if c.compile else ""
         if r.status != "ok":
             name += f" [red]{r.status}[/]"
         rows.append((c.fabric, name, r.predicted_step_s, r.measured_step_s, r.step_error, r.predicted_alloc,
