@@ -68,7 +68,8 @@ def default_records_dir(profile_path: str | Path) -> Path:
 
 def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, from_records: str | None,
               use_cache: bool = True, timeout_s: float = 600.0, progress: Callable[[str], None] | None = None,
-              plan: Plan | None = None, fit_names: list[str] | None = None) -> Calibration:
+              plan: Plan | None = None, fit_names: list[str] | None = None, design: bool = False,
+              compile: bool = False) -> Calibration:
     """Measure (unless from_records), fit, write the profile (to `out` and the cache)."""
     started = time.monotonic()
     if from_records:
@@ -90,8 +91,12 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
         if any((folder / n).exists() for n in RECORD_FILES.values()):
             raise UsageError(f"{folder} already holds calibration records: fit them with --from-records {folder}, "
                              "or give another --records folder")
-        plan = plan or calibration_plan(device)
         folder.mkdir(parents=True, exist_ok=True)
+        if plan is None and design and device == "cuda":  # calibrate/design.py; configs into the records folder
+            from topowise.calibrate.design import designed_plan
+
+            plan = designed_plan(folder, compile)
+        plan = plan or calibration_plan(device, compile)
         meta = {"fingerprint": fp_text, "topology": topo.to_dict(), "device": device, "nproc": nproc,
                 "plan": plan.to_dict(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "env": {NVLS_ENV: os.environ.get(NVLS_ENV)}}

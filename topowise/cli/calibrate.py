@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also measure compiled twins of some GPU cases and fit the compiled terms "
                              "(elementwise traffic, host per block, compile time); about 1.5 minutes more")
+    parser.add_argument("--design", action="store_true",
+                        help="the designed calibration (four Llama-style shapes that vary vocabulary, tying, width, "
+                             "depth, GQA, micro-batch, sequence and fabric; docs/calibration.md) in place of the "
+                             "two presets")
     parser.add_argument("--json", action="store_true", help="print the profile and the fit report as JSON")
 
 
@@ -78,7 +82,6 @@ def parse_fit_names(text: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from topowise.calibrate.cases import calibration_plan
     from topowise.calibrate.driver import calibrate
     from topowise.errors import UsageError
     from topowise.measure.launcher import require_torch
@@ -96,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
         if nproc < 2:
             raise UsageError(f"calibration measures collectives and needs two or more processes, not --nproc {nproc}")
         require_torch("calibrate", "--from-records DIR fits the records of an earlier run without it")
-    if args.compile and (args.from_records or device != "cuda"):
-        raise UsageError("--compile adds compiled GPU runs to what calibrate measures: it applies on a GPU machine, "
-                         "not with --from-records (the records say whether they were compiled) or --device cpu")
+    for flag, asked in (("--compile", args.compile), ("--design", args.design)):
+        if asked and (args.from_records or device != "cuda"):
+            raise UsageError(f"{flag} changes what calibrate measures on GPUs: it applies on a GPU machine, not with "
+                             "--from-records (the records say what was run) or --device cpu")
     fit_names = parse_fit_names(args.fit)
     progress = None if args.json else (lambda line: print(line, flush=True))
     if progress and not args.from_records:
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                  + ("(gloo)" if device == "cpu" else "per fabric"))
     result = calibrate(device=device, nproc=nproc, out=args.out, records=args.records, from_records=args.from_records,
                        use_cache=not args.no_cache, timeout_s=args.timeout, progress=progress, fit_names=fit_names,
-                       plan=calibration_plan(device, compile=True) if args.compile else None)
+                       design=args.design, compile=args.compile)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

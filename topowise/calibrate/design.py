@@ -1,0 +1,177 @@
+"""Calibration as a designed experiment: runs chosen so that each fitted parameter is pinned by runs that
+vary what it multiplies, and a check that says whether a plan does that.
+
+The classic plan (cases.GPU_CALIBRATION) fits from two models that share what matters most to the fit:
+tied vocabularies of 128k-152k, so their largest gradient bucket arrives last, and one shape each.
+Whatever those two share, the fitted scalars can absorb. The designed plan trains four Llama-style
+shapes written as Hugging Face configs into the records folder (no download, no preset):
+
+    name           width  depth  heads (kv)  MLP    vocab    embeddings  what it varies
+    cal-h1024-l8    1024     8   16 (16)     2816   32,000   untied      small, full MHA, small vocab
+    cal-h1024-l16   1024    16   16 (16)     2816   32,000   untied      depth alone (per-block host, compute)
+    cal-h1536-l12   1536    12   12 (4)      4096   50,304   untied      GQA 3, mid vocab
+    cal-h2048-l8    2048     8   32 (8)      8192  128,256   tied        width, GQA 4, large tied vocab
+
+at micro-batches 1-8 and sequences 128-8192, on NVLink and with NVLink taken away, for every non-hsdp
+strategy where a strategy's own parameter (its overlap, its host terms) needs it.
+
+`identifiability(cases, models, topology, profile)` is the check: the sensitivity of each run's predicted
+step to each step-time parameter (d log step / d log parameter; overlaps by an additive step), how many
+runs move with each parameter, and the condition number of the sensitivities with each parameter's
+column scaled to unit length (large: some parameter can be traded for another without changing the fit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from topowise.calibrate.cases import HOST_FLOOR_TOKENS, NON_HSDP, Case, Plan
+from topowise.costmodel.predict import predict
+from topowise.costmodel.profile import Profile
+from topowise.models.spec import ModelSpec, spec_from_hf_config
+
+CONFIGS: dict[str, dict] = {
+    name: {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+           "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "max_position_embeddings": 8192,
+           "hidden_size": h, "num_hidden_layers": layers, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "intermediate_size": mlp, "vocab_size": vocab, "tie_word_embeddings": tied}
+    for name, h, layers, heads, kv, mlp, vocab, tied in (
+        ("cal-h1024-l8", 1024, 8, 16, 16, 2816, 32000, False),
+        ("cal-h1024-l16", 1024, 16, 16, 16, 2816, 32000, False),
+        ("cal-h1536-l12", 1536, 12, 12, 4, 4096, 50304, False),
+        ("cal-h2048-l8", 2048, 8, 32, 8, 8192, 128256, True),
+    )}
+
+# (model, micro-batch, sequence, strategies, fabrics): GPU-bound shapes on both fabrics for the rates and
+# the overlaps (every strategy on the widest model, two on the GQA one), a small model at a long batch
+# (the elementwise traffic per FLOP is largest there), and the depth pair at the host floor with every
+# strategy (host seconds per block, separated from any per-step cost by the two depths)
+DESIGN: tuple[tuple[str, int, int, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("cal-h2048-l8", 1, 8192, NON_HSDP, ("nvlink", "pcie")),
+    ("cal-h1536-l12", 2, 4096, ("ddp", "zero3"), ("nvlink", "pcie")),
+    ("cal-h1024-l16", 8, 1024, ("ddp", "zero2"), ("nvlink",)),
+    ("cal-h1024-l8", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
+    ("cal-h1024-l16", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
+)
+STEP_TIME_PARAMS = ("compute_efficiency", "activation_traffic", *(f"overlap.{s}" for s in NON_HSDP))
+PINNED = 0.01  # a run moves with a parameter when 1% of it moves the predicted step by 1% x this
+BUILD_S = 2.0  # seconds to build and wrap one case's model before its steps (one H200, 0.1-1B models)
+
+
+def design_models() -> dict[str, ModelSpec]:
+    return {name: spec_from_hf_config(cfg, name=name) for name, cfg in CONFIGS.items()}
+
+
+def write_configs(folder: Path) -> dict[str, str]:
+    """Each design model's config.json under folder/configs/<name>/; name -> its path."""
+    paths = {}
+    for name, cfg in CONFIGS.items():
+        path = folder / "configs" / name / "config.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cfg, indent=1) + "\n")
+        paths[name] = str(path)
+    return paths
+
+
+def design_cases(paths: dict[str, str] | None = None) -> tuple[Case, ...]:
+    """The designed cases; `paths` maps a design model to its config file (default: its name)."""
+    paths = paths or {}
+    return tuple(Case(paths.get(m, m), s, mb, seq, f)
+                 for m, mb, seq, strategies, fabrics in DESIGN for f in fabrics for s in strategies)
+
+
+# --compile: compiled twins of the widest model's GPU-bound ddp and zero3 runs and of the small model's host
+# floors (fit_compiled pairs each with its eager run)
+COMPILED_DESIGN = (("cal-h2048-l8", 1, 8192, ("ddp", "zero3")), ("cal-h1024-l8", 1, HOST_FLOOR_TOKENS,
+                                                                 ("ddp", "zero2", "zero3")))
+
+
+def designed_plan(folder: Path, compile: bool = False) -> Plan:
+    """The GPU calibration plan with the designed cases (configs written into `folder`): the comm sweep and
+    HBM passes of the classic plan, shorter runs; `compile` adds compiled twins."""
+    from topowise.calibrate.cases import GPU_CALIBRATION
+
+    paths = write_configs(folder)
+    cases = design_cases(paths)
+    if compile:
+        cases += tuple(Case(paths[m], s, mb, seq, "nvlink", compile=True)
+                       for m, mb, seq, strategies in COMPILED_DESIGN for s in strategies)
+    return replace(GPU_CALIBRATION, cases=cases, warmup=2, steps=4,
+                   hbm_passes=(paths["cal-h2048-l8"], 128256, 8192))
+
+
+@dataclass(frozen=True)
+class Identifiability:
+    params: tuple[str, ...]
+    runs: tuple[str, ...]  # case labels
+    sensitivity: tuple[tuple[float, ...], ...]  # runs x params: d log step / d log parameter
+    pinned_by: dict  # parameter -> runs whose step moves with it (|sensitivity| >= PINNED)
+    condition: float  # of the column-normalised sensitivities over the parameters some run moves with
+    seconds: float  # predicted GPU seconds of the training runs (warm-up + timed steps + building)
+
+    @property
+    def unpinned(self) -> tuple[str, ...]:
+        return tuple(p for p in self.params if self.pinned_by[p] < 2)
+
+
+def _param(profile: Profile, name: str) -> float:
+    if name.startswith("overlap."):
+        return float(profile.overlap.get(name.split(".", 1)[1], 0.0))
+    return float(getattr(profile, name))
+
+
+def _with(profile: Profile, name: str, value: float) -> Profile:
+    if name.startswith("overlap."):
+        return replace(profile, overlap=dict(profile.overlap, **{name.split(".", 1)[1]: value}))
+    return replace(profile, **{name: value})
+
+
+def identifiability(cases, models: Callable[[str], ModelSpec], topology, profile: Profile,
+                    params=STEP_TIME_PARAMS, warmup: int = 2, steps: int = 4) -> Identifiability:
+    """The sensitivities of `cases` (on the first GPUs of `topology`) to `params` around `profile`. The runs
+    the host sets (host-bound) are left out, as the fit leaves them out."""
+    rows, labels, seconds = [], [], 0.0
+    for c in cases:
+        run = c.run(models(c.model), topology.indices[:2])
+        base = predict(run, topology, profile)
+        seconds += (warmup + steps) * base.step_time_s + BUILD_S
+        if base.host_bound:
+            continue
+        row = []
+        for name in params:
+            value = _param(profile, name)
+            if name.startswith("overlap."):  # bounded in [0, 1]: a step of 0.05 inside the bounds
+                lo, hi = max(0.0, value - 0.05), min(1.0, value + 0.05)
+                a = predict(run, topology, _with(profile, name, lo)).step_time_s
+                b = predict(run, topology, _with(profile, name, hi)).step_time_s
+                row.append((math.log(b) - math.log(a)) / (hi - lo) * max(value, 0.05))
+            else:
+                a = predict(run, topology, _with(profile, name, value * 0.99)).step_time_s
+                b = predict(run, topology, _with(profile, name, value * 1.01)).step_time_s
+                row.append((math.log(b) - math.log(a)) / math.log(1.01 / 0.99))
+        rows.append(row)
+        labels.append(c.label)
+    s = np.array(rows) if rows else np.zeros((0, len(params)))
+    pinned = {p: int(np.sum(np.abs(s[:, j]) >= PINNED)) for j, p in enumerate(params)}
+    moved = [j for j, p in enumerate(params) if pinned[p]]
+    if moved and len(rows) >= len(moved):
+        cols = s[:, moved] / np.linalg.norm(s[:, moved], axis=0)
+        condition = float(np.linalg.cond(cols))
+    else:
+        condition = math.inf
+    return Identifiability(tuple(params), tuple(labels), tuple(tuple(float(x) for x in r) for r in rows), pinned,
+                           condition, seconds)
+
+
+def comm_sweep_seconds(plan: Plan) -> float:
+    """A rough bound on the comm sweep's time: iterations x sizes x ops x fabrics at 25 GB/s (PCIe) or faster."""
+    total = sum(plan.comm_sizes) * (plan.comm_iters + plan.comm_warmup) * len(plan.comm_ops)
+    return len(plan.fabrics) * total / (25e9) + len(plan.fabrics) * 10.0 if plan.comm_ops else 0.0
+
+
