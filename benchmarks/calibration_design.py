@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topowise.calibrate.cases import GPU_CALIBRATION  # noqa: E402
 from topowise.calibrate.design import (  # noqa: E402
-    STEP_TIME_PARAMS,
+    DESIGN_PARAMS,
     comm_sweep_seconds,
     design_cases,
     design_models,
@@ -29,11 +29,11 @@ def main() -> int:
     model_of = lambda name: models.get(name) or load_model(name)  # noqa: E731
     plans = (("classic (two presets)", GPU_CALIBRATION.cases, GPU_CALIBRATION.warmup, GPU_CALIBRATION.steps),
              ("designed (four configs)", design_cases(), 2, 4))
-    print("| plan | cases | not host-bound | " + " | ".join(STEP_TIME_PARAMS) + " | condition | training s |")
-    print("|---" * (5 + len(STEP_TIME_PARAMS)) + "|")
+    print("| plan | cases | not host-bound | " + " | ".join(DESIGN_PARAMS) + " | condition | training s |")
+    print("|---" * (5 + len(DESIGN_PARAMS)) + "|")
     for name, cases, warmup, steps in plans:
         r = identifiability(cases, model_of, topo, profile, warmup=warmup, steps=steps)
-        print(f"| {name} | {len(cases)} | {len(r.runs)} | " + " | ".join(str(r.pinned_by[p]) for p in STEP_TIME_PARAMS)
+        print(f"| {name} | {len(cases)} | {len(r.runs)} | " + " | ".join(str(r.pinned_by[p]) for p in DESIGN_PARAMS)
               + f" | {r.condition:.1f} | {r.seconds:.0f} |")
     print(f"\ncomm sweep (both plans): about {comm_sweep_seconds(GPU_CALIBRATION):.0f} s")
     return 0

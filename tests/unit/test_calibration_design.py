@@ -9,7 +9,7 @@ import pytest
 
 from topowise.calibrate.cases import GPU_CALIBRATION, HOST_FLOOR_TOKENS, NON_HSDP
 from topowise.calibrate.design import (
-    STEP_TIME_PARAMS,
+    DESIGN_PARAMS,
     comm_sweep_seconds,
     design_cases,
     design_models,
@@ -60,7 +60,7 @@ def test_every_step_time_parameter_is_pinned_and_better_conditioned_than_the_cla
     classic = identifiability(GPU_CALIBRATION.cases, model_of, TOPO, profile, warmup=GPU_CALIBRATION.warmup,
                               steps=GPU_CALIBRATION.steps)
     assert designed.unpinned == ()
-    assert all(designed.pinned_by[p] >= 2 for p in STEP_TIME_PARAMS)
+    assert all(designed.pinned_by[p] >= 2 for p in DESIGN_PARAMS)
     assert designed.condition < classic.condition
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from topowise.calibrate.cases import HOST_FLOOR_TOKENS, NON_HSDP, Case, Plan
+from topowise.calibrate.fit import get_param, set_param
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec, spec_from_hf_config
@@ -59,7 +60,7 @@ DESIGN: tuple[tuple[str, int, int, tuple[str, ...], tuple[str, ...]], ...] = (
     ("cal-h1024-l8", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
     ("cal-h1024-l16", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
 )
-STEP_TIME_PARAMS = ("compute_efficiency", "activation_traffic", *(f"overlap.{s}" for s in NON_HSDP))
+DESIGN_PARAMS = ("compute_efficiency", "activation_traffic", *(f"overlap.{s}" for s in NON_HSDP))
 PINNED = 0.01  # a run moves with a parameter when 1% of it moves the predicted step by 1% x this
 BUILD_S = 2.0  # seconds to build and wrap one case's model before its steps (one H200, 0.1-1B models)
 
@@ -120,20 +121,8 @@ class Identifiability:
         return tuple(p for p in self.params if self.pinned_by[p] < 2)
 
 
-def _param(profile: Profile, name: str) -> float:
-    if name.startswith("overlap."):
-        return float(profile.overlap.get(name.split(".", 1)[1], 0.0))
-    return float(getattr(profile, name))
-
-
-def _with(profile: Profile, name: str, value: float) -> Profile:
-    if name.startswith("overlap."):
-        return replace(profile, overlap=dict(profile.overlap, **{name.split(".", 1)[1]: value}))
-    return replace(profile, **{name: value})
-
-
 def identifiability(cases, models: Callable[[str], ModelSpec], topology, profile: Profile,
-                    params=STEP_TIME_PARAMS, warmup: int = 2, steps: int = 4) -> Identifiability:
+                    params=DESIGN_PARAMS, warmup: int = 2, steps: int = 4) -> Identifiability:
     """The sensitivities of `cases` (on the first GPUs of `topology`) to `params` around `profile`. The runs
     the host sets (host-bound) are left out, as the fit leaves them out."""
     rows, labels, seconds = [], [], 0.0
@@ -145,15 +134,15 @@ def identifiability(cases, models: Callable[[str], ModelSpec], topology, profile
             continue
         row = []
         for name in params:
-            value = _param(profile, name)
+            value = get_param(profile, name)
             if name.startswith("overlap."):  # bounded in [0, 1]: a step of 0.05 inside the bounds
                 lo, hi = max(0.0, value - 0.05), min(1.0, value + 0.05)
-                a = predict(run, topology, _with(profile, name, lo)).step_time_s
-                b = predict(run, topology, _with(profile, name, hi)).step_time_s
+                a = predict(run, topology, set_param(profile, name, lo)).step_time_s
+                b = predict(run, topology, set_param(profile, name, hi)).step_time_s
                 row.append((math.log(b) - math.log(a)) / (hi - lo) * max(value, 0.05))
             else:
-                a = predict(run, topology, _with(profile, name, value * 0.99)).step_time_s
-                b = predict(run, topology, _with(profile, name, value * 1.01)).step_time_s
+                a = predict(run, topology, set_param(profile, name, value * 0.99)).step_time_s
+                b = predict(run, topology, set_param(profile, name, value * 1.01)).step_time_s
                 row.append((math.log(b) - math.log(a)) / math.log(1.01 / 0.99))
         rows.append(row)
         labels.append(c.label)
