@@ -187,3 +187,15 @@ def test_a_compiled_plan_says_so_in_its_export_and_round_trips(tmp_path, capsys)
     assert LaunchPlan.from_dict(json.loads(json.dumps(launch.to_dict()))).compile
     eager = plan(model, topo, seq_len=8192, top=1)
     assert not LaunchPlan.from_plan(eager.best, eager, topo).compile
+
+
+def test_the_host_index_is_timed_once_per_process_and_device(monkeypatch):
+    """A calibration runs many cases in one process: the index must not cost each of them a second."""
+    from topowise.measure import host_index as hi
+
+    calls = []
+    monkeypatch.setattr(hi, "_ONCE", {})
+    monkeypatch.setattr(hi, "measure_host_index", lambda device: calls.append(device) or hi.HostIndex(
+        1.0, 0.0, "cpu-dispatch", 1, 1, None))
+    first, again, other = hi.index_once("cpu"), hi.index_once("cpu"), hi.index_once("cuda")
+    assert first is again and calls == ["cpu", "cuda"] and other is not first

@@ -6,10 +6,10 @@ GPU never holds the host back: `rounds` rounds of `ops` in-place adds on a 16-el
 round synchronised, and reports the median microseconds per op. On a GPU it times CUDA launches,
 else CPU dispatch; `path` says which.
 
-calibrate records it beside the host terms it fits (Profile.host_index_us); predict, plan and
-validate with `--host-index measure` time it again and scale the host terms by the ratio
-(costmodel/step.py). Whether it tracks the host's drift between launches is measured, not assumed:
-docs/calibration.md, "The host speed index".
+bench train records both paths in every GPU run, timed once per process (`index_once`), beside its
+host phase times. Whether the index tracks the host's drift between launches was measured, not assumed
+(docs/calibration.md, "The host speed index"): not well enough to rescale the host terms by, so no
+term of the cost model uses it; the records keep it for a later model.
 
     python -m topowise.measure.host_index [--device cuda|cpu] [--json]
 """
@@ -22,8 +22,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-OPS = 5000  # per round: ~20-30 ms of launches on a current server CPU
+OPS = 5000  # per round: ~20-40 ms of launches on a current server CPU
 ROUNDS = 31  # the median of these: about a second in all
+_ONCE: dict[str, HostIndex] = {}  # device -> this process's index (index_once)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,14 @@ def measure_host_index(device: str | None = None, ops: int = OPS, rounds: int = 
     return HostIndex(us_per_op=median * 1e6, spread=spread,
                      path="cuda-launch" if device.startswith("cuda") else "cpu-dispatch",
                      rounds=rounds, ops=ops, cpu=cpu)
+
+
+def index_once(device: str) -> HostIndex:
+    """The index on `device`, timed at the first call in this process and reused: a calibration runs
+    many cases in one process and should not pay a second per case."""
+    if device not in _ONCE:
+        _ONCE[device] = measure_host_index(device)
+    return _ONCE[device]
 
 
 def current_cpu() -> int | None:

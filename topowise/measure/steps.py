@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from topowise.measure import strategies as S
-from topowise.measure.host_index import measure_host_index
+from topowise.measure.host_index import index_once
 from topowise.measure.rank import destroy_process_group, init_distributed, node_labels, pin_to_cores, ranks_by_node
 from topowise.measure.train import TrainCase
 from topowise.run import STEP_PHASES
@@ -113,9 +113,9 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     device_type = "cuda" if case.device == "cuda" else "cpu"
     measured_peak, model = prepare_case(case, rank)
     layout = node_labels(ranks_by_node(rank.world_size))  # which node holds which ranks (multi-node jobs)
-    if device_type == "cuda":  # the host's speed in this launch (launches, dispatch alone), beside its host phases
-        layout["host_index"] = measure_host_index("cuda").to_dict()
-        layout["host_index_cpu"] = measure_host_index("cpu").to_dict()
+    if device_type == "cuda":  # the host's speed in this process (launches, dispatch alone), beside its host phases
+        layout["host_index"] = index_once("cuda").to_dict()
+        layout["host_index_cpu"] = index_once("cpu").to_dict()
     wrapped, optimizer, mesh_layout = S.apply_strategy(model, case.run, rank.world_size, device_type=device_type,
                                                        lr=case.lr, weight_decay=case.weight_decay)
     layout.update(mesh_layout)
@@ -147,8 +147,6 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     peaks: list[int] = []
     times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir)
     layout["host_phase_s"] = host_phases(host[case.warmup:], rank)
-    if device_type == "cuda":
-        layout["host_index_after"] = measure_host_index("cuda").to_dict()
     return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks)
 
 
