@@ -89,3 +89,13 @@ def test_design_where_it_does_not_apply_is_one_line_and_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("topowise: error:") and "--design" in err and len(err.strip().splitlines()) == 1
+
+
+def test_validation_covers_selective_checkpointing_and_replays_it_as_selective():
+    """Four per-op selective cases in the GPU validation; their Run is selective, not full."""
+    from topowise.calibrate.cases import GPU_VALIDATION
+
+    selective = [c for c in GPU_VALIDATION.cases if c.activation_checkpointing == "selective"]
+    assert len(selective) >= 4
+    for c in selective:
+        assert c.run(load_model(c.model), (0, 1)).checkpointing == "selective"

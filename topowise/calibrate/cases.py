@@ -100,12 +100,16 @@ GPU_CALIBRATION = Plan(
     warmup=3, steps=5, hbm_passes=("llama3.2-1b", 128256, 8192))
 
 # GPU validation (about three minutes): a model size calibration never ran (3B), a micro-batch it never
-# ran (2) and a sequence length it never ran (2048); both fabrics; every strategy.
+# ran (2) and a sequence length it never ran (2048); both fabrics; every strategy; and four cases with
+# per-op selective checkpointing (torchtitan's default), which calibration never runs.
 GPU_VALIDATION = Plan(
     device="cuda", fabrics=("nvlink", "pcie"), comm_ops=(), comm_sizes=(),
     cases=_grid([("llama3.2-3b", 1, 4096, STRATEGY_NAMES),
                  ("qwen2.5-0.5b", 2, 4096, NON_HSDP)], ("nvlink", "pcie"))
-    + _grid([("llama3.2-1b", 2, 2048, ("ddp", "zero2", "zero3"))], ("nvlink",)),
+    + _grid([("llama3.2-1b", 2, 2048, ("ddp", "zero2", "zero3"))], ("nvlink",))
+    + tuple(Case(m, s, mb, seq, "nvlink", "selective") for m, mb, seq, strategies in (
+        ("llama3.2-3b", 1, 4096, ("ddp", "zero3")), ("qwen2.5-0.5b", 2, 4096, ("zero2", "zero3")))
+        for s in strategies),
     warmup=3, steps=6)
 
 # CPU (gloo): the same pipeline, small enough for the tests (seconds of measuring).
