@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from topowise.errors import UsageError
 from topowise.prices import Prices
+from topowise.report.networks_geo import across_regions, racks_apart  # questions 3 and 4
 from topowise.report.whatif import HEADERS as WHATIF_HEADERS
 from topowise.report.whatif import rows as whatif_rows
 
@@ -216,31 +217,6 @@ def _breakeven_clause(values) -> str:
             f"per step that would bring the wait under half moves {hi / lo:.1f}x across a {big / small:.0f}x range "
             f"of sizes: {lo:,.0f} to {hi:,.0f} tokens (micro-batch x sequence), against at most {most:,} that fit "
             "in memory here")
-
-
-# --- 3 and 4: racks and regions (the cluster's distance and region attributes) ----------------------
-
-def racks_apart(models, *, seq_len: int, micro_batch: int, profile=None) -> Answer:
-    title = "What do tens of metres between racks add?"
-    try:
-        from topowise.report import networks_geo
-    except ImportError:
-        networks_geo = None
-    if networks_geo is None:
-        return Answer("racks", title, ("not answered: this build's clusters have no racks or distances.",))
-    return networks_geo.racks_apart(models, seq_len=seq_len, micro_batch=micro_batch, profile=profile)
-
-
-def across_regions(models, *, seq_len: int, micro_batch: int, profile=None, prices: Prices | None = None) -> Answer:
-    title = "What does training across regions cost once the traffic is encrypted?"
-    try:
-        from topowise.report import networks_geo
-    except ImportError:
-        networks_geo = None
-    if networks_geo is None:
-        return Answer("regions", title, ("not answered: this build's clusters have no regions or WAN.",))
-    return networks_geo.across_regions(models, seq_len=seq_len, micro_batch=micro_batch, profile=profile,
-                                       prices=prices)
 
 
 def answer_all(models, *, seq_len: int = 4096, micro_batch: int = 1, profile=None,
