@@ -11,8 +11,8 @@ import textwrap
 import pytest
 import torch
 import torch.nn as nn
+from cli_run import run_cli
 
-from topowise.cli.main import main
 from topowise.errors import UsageError
 from topowise.models import callable as C
 from topowise.models.spec import CallableSpec, ModelSpec, is_callable_reference, load_model
@@ -20,14 +20,6 @@ from topowise.run import Run
 
 TINY = "examples.models.llama:build_tiny"
 _names = itertools.count()
-
-
-def run_cli(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err.strip().splitlines()
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import json
 from dataclasses import replace
 
 import pytest
+from cli_run import cli_output as cli
 
 from topowise.calibrate.cases import calibration_plan, validation_plan
 from topowise.calibrate.fit import fit_compiled, observation_from, observations_from, predictor
-from topowise.cli.main import main
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import Profile, default_profile
 from topowise.errors import UsageError
@@ -136,15 +136,6 @@ def test_plan_weighs_eager_against_compiled_and_says_whether_the_winner_changes(
     else:
         assert "the same strategy wins either way" in note
     assert both.best.to_dict()["compile"] is True
-
-
-def cli(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_predict_compile_flag_reaches_the_json_and_the_text(capsys):

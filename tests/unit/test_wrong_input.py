@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from topowise.cli.main import main
 from topowise.costmodel.predict import predict
@@ -20,15 +21,6 @@ LLAMA = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "num_
          "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
          "max_position_embeddings": 8192}
 PREDICT = ["predict", "--model", "tiny", "--topology", "h200-x2", "--num-gpus", "2", "--strategy", "ddp"]
-
-
-def run_cli(argv, capsys) -> tuple[int, list[str]]:
-    """Exit status and the stderr lines; argparse's own errors exit through SystemExit."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err.strip().splitlines()
 
 
 @pytest.fixture
