@@ -107,6 +107,7 @@ class PlanResult:
     ranked: tuple[Plan, ...] = field(default=(), repr=False, compare=False)  # every distinct feasible plan
     engine: str = "pytorch"  # whose ZeRO the predictions model: pytorch (FSDP2) or deepspeed
     profile: Profile | None = field(default=None, repr=False, compare=False)  # what they were predicted with
+    compile_note: str = ""  # eager and compiled planned together: whether compiling changes the winner (in notes too)
 
     @property
     def best(self) -> Plan | None:
@@ -250,8 +251,9 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
     shown = tuple(with_region_why(explain.with_why(ranked[:top], ranked, topo, profile), topo, wan_share))
     misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.gpus), i.micro_batch))
     notes = explain.notes(ranked, topo, profile=profile) + regions.notes(ranked, topo, wan_share)
-    if len(set(compile_choices)) > 1:
-        notes.append(explain.compile_note(fits))
+    compile_note = explain.compile_note(fits) if len(set(compile_choices)) > 1 else ""
+    if compile_note:
+        notes.append(compile_note)
     trade = explain.memory_trade(ranked, misses)
     if trade:
         notes.insert(0, trade)
@@ -263,6 +265,7 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
         model=model.name, topology=topo.name, seq_len=seq_len, fabric=fabric, plans=shown,
         infeasible=tuple(misses), suggestion=suggestion, notes=tuple(notes),
         evaluated=made, feasible=len(fits), ranked=tuple(ranked), engine=engine, profile=profile,
+        compile_note=compile_note,
     )
 
 

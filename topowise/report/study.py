@@ -550,7 +550,8 @@ def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *
         pred = p.prediction
         ckpt = f" with {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
         ckpt += ", compiled" if p.compile else ""
-        compiled_note = next((f". {n[0].upper()}{n[1:]}" for n in result.notes if n.startswith("comp")), "")
+        note = result.compile_note
+        compiled_note = f". {note[0].upper()}{note[1:]}" if note else ""
         lo, hi = pred.step_time_range_s
         host = (f" Host-bound: the step is {lo * 1e3:,.0f}-{hi * 1e3:,.0f} ms across the host's launch-to-launch "
                 "spread." if pred.host_bound else "")
