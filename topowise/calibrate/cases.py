@@ -128,7 +128,7 @@ CPU_VALIDATION = Plan(
 # --compile adds compiled twins (calibrate: what the compiled terms are fitted from, each beside the eager
 # run of the same case; validate: cases it never ran). Compiling costs about 8 s per launch on top of the
 # run (first-step excess on one H200, docs/results/2026-12-01-h200x1/compile), so calibrate --compile
-# adds about a minute and a half to the three minutes.
+# adds, by that estimate, about a minute and a half to the three minutes (not yet timed).
 COMPILED_CALIBRATION = (
     _grid([("llama3.2-1b", 1, 8192, ("ddp", "zero3")), ("qwen2.5-0.5b", 1, 8192, ("ddp",))], ("nvlink",))
     + _grid([("llama3.2-1b", 1, HOST_FLOOR_TOKENS, ("ddp", "zero2", "zero3"))], ("nvlink",)))

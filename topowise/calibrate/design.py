@@ -62,7 +62,9 @@ DESIGN: tuple[tuple[str, int, int, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 DESIGN_PARAMS = ("compute_efficiency", "activation_traffic", *(f"overlap.{s}" for s in NON_HSDP))
 PINNED = 0.01  # a run moves with a parameter when 1% of it moves the predicted step by 1% x this
-BUILD_S = 2.0  # seconds to build and wrap one case's model before its steps (one H200, 0.1-1B models)
+# seconds to build and wrap one case's model before its steps: an estimate for the budget check, not a
+# measurement (the first warm-up steps of 0.4-1.2B models on one H200 took 0.3-0.6 s over a steady one)
+BUILD_S = 2.0
 
 
 def design_models() -> dict[str, ModelSpec]:
@@ -159,7 +161,9 @@ def identifiability(cases, models: Callable[[str], ModelSpec], topology, profile
 
 
 def comm_sweep_seconds(plan: Plan) -> float:
-    """A rough bound on the comm sweep's time: iterations x sizes x ops x fabrics at 25 GB/s (PCIe) or faster."""
+    """A rough bound on the comm sweep's time: iterations x sizes x ops x fabrics at 25 GB/s (PCIe's all-reduce
+    busbw on 2x H200, the slower fabric), plus 10 s per fabric for its launch (an estimate: process start and
+    NCCL's set-up)."""
     total = sum(plan.comm_sizes) * (plan.comm_iters + plan.comm_warmup) * len(plan.comm_ops)
     return len(plan.fabrics) * total / (25e9) + len(plan.fabrics) * 10.0 if plan.comm_ops else 0.0
 

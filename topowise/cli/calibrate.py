@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "place when it exists), else to this machine's cached profile")
     parser.add_argument("--compile", action="store_true",
                         help="also measure compiled twins of some GPU cases and fit the compiled terms "
-                             "(elementwise traffic, host per block, compile time); about 1.5 minutes more")
+                             "(elementwise traffic, host per block, compile time); by estimate 1.5 minutes more")
     parser.add_argument("--design", action="store_true",
                         help="the designed calibration (four Llama-style shapes that vary vocabulary, tying, width, "
                              "depth, GQA, micro-batch, sequence and fabric; docs/calibration.md) in place of the "
