@@ -1,12 +1,17 @@
-"""Compiled and eager runs on one GPU: the compiled terms fitted from some, predicted beside measured on the rest.
+"""Compiled and eager runs on one GPU: terms fitted from some, predicted beside measured on the rest.
 
     python benchmarks/compile_accuracy.py [--dir docs/results/2026-12-01-h200x1/compile] [--fit]
+    python benchmarks/compile_accuracy.py --dir DIR --fit-eager [--profile DIR/profile.json]
 
 --fit prints the compiled terms (compiled_activation_traffic, compile_s, the "compiled/" host terms)
 that topowise.calibrate.fit's fit_compiled and fit_host find in DIR/fit/*.jsonl, starting from the
-default profile: what costmodel/profile.py's defaults are. Without it: every record of DIR/fit and
-DIR/heldout predicted with the default profile beside its measurement, as a markdown table
-(DIR/accuracy.md), with the error means by kind. Records are replayed from their own model shapes.
+default profile: what costmodel/profile.py's defaults are. --fit-eager fits the eager terms one GPU
+identifies the way calibrate does (the host per block from the host-bound runs, then
+compute_efficiency and activation_traffic by least squares over the GPU-bound ones; no
+communication, so the overlaps stay) from DIR/fit, prints them and writes DIR/profile.json. Without
+either: every record of DIR/fit and DIR/heldout predicted beside its measurement with the default
+profile (or --profile), as a markdown table (DIR/accuracy.md, or DIR/accuracy-PROFILE.md), with the
+error means by kind. Records are replayed from their own model shapes.
 """
 
 from __future__ import annotations
@@ -18,8 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from topowise.calibrate.fit import fit_compiled, fit_host, observations_from, predictor  # noqa: E402
-from topowise.costmodel.profile import default_profile  # noqa: E402
+from topowise.calibrate.fit import (  # noqa: E402
+    HOST_DOMINATED_FRACTION,
+    fit_compiled,
+    fit_host,
+    fit_step_time,
+    observations_from,
+    predictor,
+)
+from topowise.costmodel.profile import Profile, default_profile, load_profile  # noqa: E402
 from topowise.measure.records import read_records  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
 
@@ -48,9 +60,31 @@ def fit(folder: Path) -> None:
         print(f"{name}: {profile.sources.get(name)}")
 
 
-def table(folder: Path) -> str:
+def fit_eager(folder: Path) -> Profile:
     topo = load_topology(TOPOLOGY)
-    profile = default_profile()
+    obs = [o for o in observations_from(load(folder / "fit")) if not o.compile]
+    predict_one = predictor(topo)
+    where = f"one H200, {folder / 'fit'}"
+    profile, bound = fit_host(default_profile(), obs, predict_one, None, where)
+    device_obs = [o for o in obs if o not in bound
+                  and predict_one(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
+    names = ["compute_efficiency", "activation_traffic"]
+    profile, result = fit_step_time(profile, device_obs, predict_one, where, names)
+    print(f"compute_efficiency = {profile.compute_efficiency}  activation_traffic = {profile.activation_traffic}  "
+          f"(rms error {100 * result.rms_error:.1f}%, worst {100 * result.max_error:.1f}%)")
+    print("host-bound runs:", ", ".join(o.case.label for o in bound))
+    for key, value in sorted(profile.host_s_per_layer.items()):
+        if not key.startswith("compiled/"):
+            print(f'    "{key}": {value * 1e3:.3f}e-3,')
+    for name in ("compute_efficiency", "activation_traffic"):
+        print(f"{name}: {profile.sources.get(name)}")
+    (folder / "profile.json").write_text(profile.to_json())
+    return profile
+
+
+def table(folder: Path, profile: Profile | None = None) -> str:
+    topo = load_topology(TOPOLOGY)
+    profile = profile or default_profile()
     predict_one = predictor(topo)
     rows, errors = [], {}
     for part in ("fit", "heldout"):
@@ -88,13 +122,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="docs/results/2026-12-01-h200x1/compile")
     parser.add_argument("--fit", action="store_true", help="print the compiled terms the fit records give")
+    parser.add_argument("--fit-eager", action="store_true",
+                        help="fit the eager terms from DIR/fit, print them, write DIR/profile.json")
+    parser.add_argument("--profile", default=None, help="the table with this profile, not the default")
     args = parser.parse_args()
     folder = Path(args.dir)
     if args.fit:
         fit(folder)
         return 0
-    text = table(folder)
-    (folder / "accuracy.md").write_text(text)
+    if args.fit_eager:
+        fit_eager(folder)
+        return 0
+    profile = load_profile(args.profile) if args.profile else None
+    text = table(folder, profile)
+    (folder / (f"accuracy-{Path(args.profile).stem}.md" if args.profile else "accuracy.md")).write_text(text)
     print(text)
     return 0
 

@@ -16,6 +16,7 @@ DataParallelMeshDims, which torch 2.11 lacks) with attn_type "sdpa" (cuDNN atten
 flash, then math: its priority; enable_gqa).
 
     python benchmarks/vs_torchtitan.py --out DIR [--shapes llama3.2-1b:1x8192,...] [--steps 8]
+        [--models ours:sdpa:cudnn,file:PATH,torchtitan] [--profile 2]
 
 Writes DIR/vs_torchtitan.jsonl (one record per shape x policy x model) and prints a table last:
 step time, tokens/s, ours / torchtitan's step time (below 1.0: ours is faster).
@@ -95,14 +96,24 @@ def torchtitan_model(spec: ModelSpec, seq_len: int) -> nn.Module:
     return model
 
 
+def load_file(path: str):
+    """A models/transformer.py variant from a file (its build_model is what runs)."""
+    spec_ = importlib.util.spec_from_file_location(f"variant_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
 def build(kind: str, spec: ModelSpec, seq_len: int, before) -> nn.Module:
-    """kind: ours:<gqa mode>, before, or torchtitan; materialised on the GPU in fp32."""
+    """kind: ours:<gqa mode>, before, file:PATH or torchtitan; materialised on the GPU in fp32."""
     if kind == "torchtitan":
         model = torchtitan_model(spec, seq_len)
         model.to_empty(device="cuda")
         with torch.no_grad():
             model.init_weights(buffer_device=torch.device("cuda"))
         return model
+    if kind.startswith("file:"):
+        return load_file(kind[5:]).build_model(spec, seq_len, "cuda", seed=0)
     module = before if kind == "before" else ours_module
     if kind.startswith("ours:"):  # ours:<gqa mode>[:cudnn]
         parts = kind.split(":")
@@ -129,32 +140,87 @@ def wrap(model: nn.Module, policy: str) -> nn.Module:
     return model
 
 
-def time_steps(model: nn.Module, policy: str, vocab: int, mb: int, seq: int, warmup: int, steps: int) -> dict:
+def train_step(model: nn.Module, optimizer, tokens: torch.Tensor, autocast: bool) -> torch.Tensor:
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        logits = model(tokens[:, :-1])
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    del logits
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def time_steps(model: nn.Module, policy: str, vocab: int, mb: int, seq: int, warmup: int, steps: int,
+               profile_steps: int = 0) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     tokens = torch.randint(0, vocab, (warmup + steps, mb, seq + 1), device="cuda", generator=gen)
     autocast = policy == "autocast"
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(warmup + steps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(warmup + steps)]
-    losses = []
+    losses, issue = [], []
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     for i in range(warmup + steps):
         starts[i].record()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(tokens[i, :, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[i, :, 1:].flatten())
-        del logits
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        losses.append(train_step(model, optimizer, tokens[i], autocast))
+        issue.append(time.perf_counter() - t0)  # the host's time to queue the step (no sync inside)
         ends[i].record()
-        losses.append(loss.detach())
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)][warmup:]
-    return {"step_time_s": statistics.median(times), "step_times_s": times,
-            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-            "losses": [float(x) for x in losses]}
+    record = {"step_time_s": statistics.median(times), "step_times_s": times,
+              "host_issue_s": statistics.median(issue[warmup:]),
+              "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+              "losses": [float(x) for x in losses]}
+    if profile_steps:
+        record["profile"] = profile(lambda: train_step(model, optimizer, tokens[-1], autocast), profile_steps)
+    return record
+
+
+# kernel name fragments -> what the kernel does; the first match wins
+KERNEL_KINDS = (("attention", ("flash", "fmha", "cudnn", "sdpa", "attn")),
+                ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "sm90_", "sm100_")),
+                ("optimizer", ("multi_tensor", "fused_adam", "adam")),
+                ("nccl", ("nccl",)),
+                ("copy/cat", ("copy", "cat", "memcpy", "memset", "fill")),
+                ("reduction", ("reduce", "norm", "softmax", "cross_entropy", "nll")),
+                ("elementwise", ("elementwise", "vectorized", "unrolled", "index")))
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, parts in KERNEL_KINDS if any(p in low for p in parts)), "other")
+
+
+def profile(step, n: int) -> dict:
+    """n steps under torch.profiler: GPU time per step by kernel kind and the 25 costliest kernels, and
+    the wall time per step, so that what is not kernel time (the GPU waiting) shows as the gap."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / n
+    kernels: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = kernels.setdefault(event.name, [0.0, 0])
+            entry[0] += event.device_time_total / 1e6 / n  # us -> s per step
+            entry[1] += 1
+    kinds: dict[str, float] = {}
+    for name, (seconds, _) in kernels.items():
+        kinds[kernel_kind(name)] = kinds.get(kernel_kind(name), 0.0) + seconds
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:25]
+    return {"steps": n, "wall_s": wall, "kernel_s": sum(kinds.values()),
+            "by_kind_s": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+            "top": [{"name": name[:160], "s": seconds, "calls_per_step": calls / n}
+                    for name, (seconds, calls) in top]}
 
 
 def main() -> int:
@@ -167,6 +233,9 @@ def main() -> int:
     parser.add_argument("--before", default=None, help="an earlier models/transformer.py to time beside")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after timing, N steps under torch.profiler: GPU time by kernel kind and the "
+                             "costliest kernels in each record, a comparison table at the end")
     parser.add_argument("--out", required=True, help="folder for vs_torchtitan.jsonl")
     args = parser.parse_args()
 
@@ -199,7 +268,8 @@ def main() -> int:
                 t0 = time.perf_counter()
                 try:
                     model = wrap(build(kind, spec, seq, before), policy)
-                    record.update(time_steps(model, policy, spec.vocab_size, mb, seq, args.warmup, args.steps))
+                    record.update(time_steps(model, policy, spec.vocab_size, mb, seq, args.warmup, args.steps,
+                                             args.profile))
                     record["status"] = "ok"
                 except Exception as exc:  # noqa: BLE001 - recorded; the other models still run
                     record.update(status="error", error=f"{type(exc).__name__}: {exc}"[:600])
@@ -212,9 +282,24 @@ def main() -> int:
                     f.write(json.dumps(record) + "\n")
                 print(json.dumps({k: record.get(k) for k in ("model", "policy", "implementation", "status",
                                                              "step_time_s", "error")}), flush=True)
+    if args.profile:
+        print_profiles(rows)
     print_table(rows)
     torch.distributed.destroy_process_group()
     return 0
+
+
+def print_profiles(rows: list[dict]) -> None:
+    """ms per step by kernel kind for every profiled record, and the wall time beside the kernel sum."""
+    kinds = list(dict.fromkeys(k for r in rows if "profile" in r for k in r["profile"]["by_kind_s"]))
+    print(f"{'model':<12} {'policy':<9} {'impl':<13} {'wall':>6} {'kern':>6} {'host':>6} "
+          + " ".join(f"{k[:8]:>8}" for k in kinds))
+    for r in rows:
+        p = r.get("profile")
+        if p:
+            print(f"{r['model'][:12]:<12} {r['policy'][:9]:<9} {r['implementation'][-13:]:<13} "
+                  f"{p['wall_s'] * 1e3:>6.1f} {p['kernel_s'] * 1e3:>6.1f} {r['host_issue_s'] * 1e3:>6.1f} "
+                  + " ".join(f"{p['by_kind_s'].get(k, 0) * 1e3:>8.2f}" for k in kinds))
 
 
 def print_table(rows: list[dict]) -> None:

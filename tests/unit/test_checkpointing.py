@@ -77,9 +77,9 @@ def test_flags():
 
 
 # --- the wrap: what selective keeps is what the memory model counts ------------------------------
-def test_selective_policy_keeps_the_first_and_third_matmul_and_attention():
+def test_selective_policy_keeps_the_odd_matmuls_and_attention():
     """Run one block under a dispatch log, ask the policy about every operator it ran, and add up the
-    outputs it keeps: they are the qkv and gate_up products and SDPA's outputs, the bytes that
+    outputs it keeps: they are the qkv, gate and down products and SDPA's outputs, the bytes that
     selective_kept_bytes_per_token_per_layer counts (less the block's input, which checkpoint keeps)."""
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -87,7 +87,7 @@ def test_selective_policy_keeps_the_first_and_third_matmul_and_attention():
     from torch.utils.checkpoint import CheckpointPolicy
 
     from topowise.measure.strategies import selective_checkpoint_policy
-    from topowise.models.transformer import build_model, rolled_sin
+    from topowise.models.transformer import build_model
 
     class Log(TorchDispatchMode):
         def __init__(self):
@@ -103,15 +103,16 @@ def test_selective_policy_keeps_the_first_and_third_matmul_and_attention():
     spec = ModelSpec("t", "llama", 100, 128, 1, 8, 2, 256, True)
     model = build_model(spec, 64, "cpu", 0).to(torch.bfloat16)
     x = torch.randn(2, 64, 128, dtype=torch.bfloat16, requires_grad=True)
-    cos, sin = model.rope_cos.to(torch.bfloat16), rolled_sin(model.rope_sin).to(torch.bfloat16)
+    cos, sin = model.rope_cos, model.rope_sin
     with Log() as log:
         model.layers[0](x, cos, sin)
     policy = selective_checkpoint_policy()
     kept = [(f, n, a) for f, n, a in log.ops if policy(SimpleNamespace(is_recompute=False), f, *a)
             == CheckpointPolicy.MUST_SAVE]
-    weights = model.layers[0].attn.qkv.weight, model.layers[0].mlp.gate_up.weight
+    block = model.layers[0]
+    weights = block.attn.qkv.weight, block.mlp.gate.weight, block.mlp.down.weight
     mm = [a[1].shape for f, _, a in kept if f == torch.ops.aten.mm.default]
-    assert mm == [w.t().shape for w in weights]  # the 1st (qkv) and 3rd (gate_up) of the four products
+    assert mm == [w.t().shape for w in weights]  # the 1st (qkv), 3rd (gate) and 5th (down) of the five
     assert sum(n for _, n, _ in kept) / (2 * 64) == (selective_kept_bytes_per_token_per_layer(spec)
                                                     - block_input_bytes_per_token(spec))
 
@@ -150,7 +151,7 @@ def test_memory_and_recompute_sit_between_none_and_full():
     # recompute: a forward of every block (full), of every 2nd (k=2), the output projections (per op)
     full = recompute_flops_per_token(run("full"))
     assert recompute_flops_per_token(run("selective", "2")) == pytest.approx(full / 2)
-    assert recompute_flops_per_token(run("selective")) == 2 * layers * 2048 * 2048
+    assert recompute_flops_per_token(run("selective")) == 2 * layers * (2048 * 2048 + 2048 * 8192)  # out, up
     assert recompute_flops_per_token(run()) == 0
     preds = {m: predict(run(m, strategy="zero3", gpus=(0, 1)), H200X2) for m in ("none", "selective", "full")}
     assert (preds["none"].memory.peak_bytes > preds["selective"].memory.peak_bytes

@@ -77,8 +77,9 @@ def test_activation_bytes_worked_llama_1b():
     # q, out (2q each), k and v at their 8 heads (2 x 512 each): SDPA(enable_gqa=True)
     bf16 = 2 * (2 * h + 4) + 2 * 2 * h + 4 * q + 4 * 512 + 4 * 32 + 8 * i
     assert activation_bytes_per_token_per_layer(m, autocast=False) == bf16 == 92296
-    # autocast: the residual stream and the norms' inputs are fp32
-    assert activation_bytes_per_token_per_layer(m, autocast=True) == bf16 + 2 * 2 * h
+    # autocast: the residual stream and the norms' inputs are fp32, and gate and up each keep their own
+    # bf16 cast of the MLP norm's fp32 output
+    assert activation_bytes_per_token_per_layer(m, autocast=True) == bf16 + 2 * 2 * h + 2 * h
     # k and v repeated to all 32 heads first: 2 x 2 x (2048 - 512) bytes more
     assert activation_bytes_per_token_per_layer(m, gqa_expanded=True) == bf16 + 4 * (q - 512)
 

@@ -281,19 +281,24 @@ def test_pcie_never_faster_than_nvlink(strategy, preset, n, model):
     assert step_s(topo, model, gpus, strategy, fabric="pcie") >= step_s(topo, model, gpus, strategy)
 
 
+from earlier_model import predict_earlier_model  # noqa: E402
+
+
 # --- against measured steps ----------------------------------------------------------------------
-def test_step_times_of_llama_1b_at_8192_tokens(h200_train_records):
+def test_step_times_of_llama_1b_at_8192_tokens(h200_train_records, monkeypatch):
     """bench train on 2x H200, llama3.2-1b, 1 x 8192 tokens (run 2): the configuration calibrate fits
     on, measured an hour before the default profile's calibration (run 10)."""
+    predict_earlier_model(monkeypatch)  # measured with the earlier bench transformer
     for rec in h200_train_records:
         pred = predict(run(strategy=rec["strategy"], seq_len=8192, fabric=rec["fabric"]), H200X2)
         assert pred.step_time_s == pytest.approx(rec["step_time_s"], rel=0.04), (rec["strategy"], rec["fabric"])
 
 
-def test_step_times_of_cases_calibration_did_not_use(h200_validation_records):
+def test_step_times_of_cases_calibration_did_not_use(h200_validation_records, monkeypatch):
     """`topowise validate` on 2x H200 (runs 10, 16, 17; 63 cases, 3 models, 5 strategies, both fabrics).
     GPU-bound: the targets of docs/calibration.md (mean 5%, worst 10%). Host-bound (the GPU waits
     for Python): within 30%, as far as a VM host's speed repeats between runs."""
+    predict_earlier_model(monkeypatch)  # measured with the earlier bench transformer
     gpu_bound, host_bound = [], []
     for rec, measured in h200_validation_records:
         pred = predict(rec, H200X2)
@@ -305,9 +310,10 @@ def test_step_times_of_cases_calibration_did_not_use(h200_validation_records):
     assert max(host_bound, key=lambda x: x[0])[0] < 0.30
 
 
-def test_strategy_predicted_fastest_is_measured_fastest(h200_validation_records):
+def test_strategy_predicted_fastest_is_measured_fastest(h200_validation_records, monkeypatch):
     """Per (run, model, micro-batch, sequence, fabric): the strategy with the shortest predicted step
     is measured within 3% of the fastest, docs/calibration.md's ranking target."""
+    predict_earlier_model(monkeypatch)  # measured with the earlier bench transformer
     groups: dict = {}
     for rec, measured in h200_validation_records:
         key = (measured["run"], rec.model.name, rec.micro_batch, rec.seq_len, rec.fabric)

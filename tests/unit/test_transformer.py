@@ -51,6 +51,14 @@ def test_causal_and_shapes(name):
     assert not torch.allclose(lx[:, 12:], ly[:, 12:])
 
 
+def turned_pairs(x, cos, sin):
+    """Rotary embedding written out: pair i of each head, (x[2i], x[2i+1]), turned by the angle of cos, sin."""
+    out = x.clone()
+    out[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
+    out[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
+    return out
+
+
 def test_grouped_query_matches_full_heads_with_shared_kv():
     """GQA with kv heads repeated equals attention where each query head gets its group's k and v."""
     spec = PRESETS["tiny"]  # 4 heads, 2 kv heads, head_dim 16
@@ -59,16 +67,12 @@ def test_grouped_query_matches_full_heads_with_shared_kv():
     x = torch.randn(1, 8, 64)
     cos, sin = model.rope_cos, model.rope_sin
     with torch.no_grad():
-        from topowise.models.transformer import rolled_sin
-
-        out = attn(x, cos, rolled_sin(sin))  # the blocks take sin rolled, rotate-half's sign folded in
+        out = attn(x, cos, sin)
         q, k, v = attn.qkv(x).split([64, 32, 32], dim=-1)
         q = q.view(1, 8, 4, 16).transpose(1, 2)
         k = k.view(1, 8, 2, 16).transpose(1, 2)
         v = v.view(1, 8, 2, 16).transpose(1, 2)
-        from topowise.models.transformer import _rotate
-
-        q, k = _rotate(q, cos[:8], sin[:8]), _rotate(k, cos[:8], sin[:8])
+        q, k = turned_pairs(q, cos[:8], sin[:8]), turned_pairs(k, cos[:8], sin[:8])
         heads = []
         for h in range(4):
             scores = (q[:, h] @ k[:, h // 2].transpose(-1, -2)) / 4.0
@@ -82,3 +86,31 @@ def test_gpt2_positions_limit():
     with pytest.raises(UsageError, match="1024 learned positions"):
         with torch.device("meta"):
             Transformer(PRESETS["gpt2"], 2048)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_complex_and_real_agree_with_the_pairs_written_out(dtype):
+    """Eager's complex rotation and compile's real one are the same map, in fp32 whatever x's dtype."""
+    from topowise.models.transformer import rotate_complex, rotate_real
+
+    cos, sin = rotary_tables(12, 16, theta=10000.0)
+    x = torch.randn(2, 12, 3, 16).to(dtype)  # (batch, seq, heads, head_dim)
+    cos, sin = cos[:, None], sin[:, None]
+    want = turned_pairs(x.float(), cos, sin).to(dtype)
+    assert torch.equal(rotate_real(x, cos, sin), want)
+    got = rotate_complex(x, torch.complex(cos, sin))
+    assert got.dtype == dtype and torch.allclose(got.float(), want.float(), rtol=0, atol=1e-6 if dtype == torch.float32
+                                                 else 0.0079)  # one bf16 step at |x| < 4
+
+
+def test_hf_permutation_turns_rotate_half_into_pairs():
+    """Hugging Face's rotate-half rotation of a head equals ours of the permuted head, permuted."""
+    from topowise.models.transformer import hf_rotary_permutation, rotate_real
+
+    cos, sin = rotary_tables(6, 8)
+    x = torch.randn(6, 8, dtype=torch.float64)
+    half = torch.cat((-x[:, 4:], x[:, :4]), dim=-1)
+    hf = x * torch.cat((cos, cos), -1).double() + half * torch.cat((sin, sin), -1).double()
+    perm = hf_rotary_permutation(8)
+    assert perm.tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert torch.allclose(rotate_real(x[:, perm], cos.double(), sin.double()), hf[:, perm], atol=1e-12)

@@ -51,12 +51,14 @@ CONFIGS: dict[str, dict] = {
 
 # (model, micro-batch, sequence, strategies, fabrics): GPU-bound shapes on both fabrics for the rates and
 # the overlaps (every strategy on the widest model, two on the GQA one), a small model at a long batch
-# (the elementwise traffic per FLOP is largest there), and the depth pair at the host floor with every
-# strategy (host seconds per block, separated from any per-step cost by the two depths)
+# (the elementwise traffic per FLOP is largest there; 8 x 2048 tokens, so that the GPU and not the host
+# sets its step: at 8 x 1024 the bench transformer of 2026-12-02, faster on the GPU, made it host-set and
+# the case pinned nothing), and the depth pair at the host floor with every strategy (host seconds per
+# block, separated from any per-step cost by the two depths)
 DESIGN: tuple[tuple[str, int, int, tuple[str, ...], tuple[str, ...]], ...] = (
     ("cal-h2048-l8", 1, 8192, NON_HSDP, ("nvlink", "pcie")),
     ("cal-h1536-l12", 2, 4096, ("ddp", "zero3"), ("nvlink", "pcie")),
-    ("cal-h1024-l16", 8, 1024, ("ddp", "zero2"), ("nvlink",)),
+    ("cal-h1024-l16", 8, 2048, ("ddp", "zero2"), ("nvlink",)),
     ("cal-h1024-l8", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
     ("cal-h1024-l16", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
 )

@@ -67,6 +67,7 @@ from topowise.costmodel.memory import (
 from topowise.costmodel.prediction import Prediction
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.step import ADAMW_FUSED_BYTES_PER_PARAM, LOSS_BYTES_PER_LOGIT, exposed_time, predict_pytorch
+from topowise.models.spec import ModelSpec
 from topowise.run import Run
 
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py), used where the config does not say
@@ -74,11 +75,16 @@ DEFAULT_REDUCE_BUCKET = 500_000_000  # reduce_bucket_size, elements
 DEFAULT_ALLGATHER_BUCKET = 500_000_000  # allgather_bucket_size, elements
 DEFAULT_PREFETCH_BUCKET = 50_000_000  # stage3_prefetch_bucket_size, elements
 DEFAULT_PERSISTENCE = 100_000  # stage3_param_persistence_threshold, elements
-MODULES_PER_BLOCK = 4  # the bench transformer's Linear modules: qkv, o, gate_up, down (c_attn, c_proj, c_fc, proj)
 GRAD_TO_BUCKET_BYTES = 2 + 2  # bf16 gradient copied into the reduce bucket
 GRAD_TO_FP32_BYTES = 2 + 4  # bf16 gradient partition read, fp32 written
 MASTER_TO_BF16_BYTES = 4 + 2  # fp32 master read, bf16 parameter written
 BACKWARD_FIRST = "backward-first"  # the first backward gather (zero3 output layer): nothing to hide behind
+
+
+def modules_per_block(model: ModelSpec) -> int:
+    """The bench transformer's Linear modules per block, each one ZeRO-3 gather: qkv, out, gate, up, down
+    (GPT-2: c_attn, c_proj, c_fc, proj)."""
+    return 4 if model.family == "gpt2" else 5
 
 
 # Buckets: a collective of S bytes over a link of B bytes/s with start-up latency alpha runs at
@@ -145,11 +151,11 @@ def deepspeed_collectives(model, topo, gpus, strategy: str, profile, buckets: di
         return tuple(out)
     # zero3
     gathered_block = model.layer_params - persistent_params(model) // max(model.num_layers, 1)
-    per_module = 2 * gathered_block / MODULES_PER_BLOCK
+    per_module = 2 * gathered_block / modules_per_block(model)
     root = C.root_params(model) - model.final_norm_params
     root_tensors = 1 if model.tied_embeddings else 2
     root_each = 2 * root / root_tensors
-    modules = MODULES_PER_BLOCK * model.num_layers
+    modules = modules_per_block(model) * model.num_layers
     out.append(col("all_gather", root_each, 1, C.FORWARD_FIRST))  # embedding, before any compute
     out.append(col("all_gather", per_module, modules, C.FORWARD))
     out.append(col("all_gather", root_each, 1, C.FORWARD))  # output layer (the embedding again when tied)
@@ -180,7 +186,7 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
         params = 2 * P / n + 2 * persistent_params(model)
         if strategy == "hsdp" and shard_group_size and shard_group_size < n:
             params += 2 * P / shard_group_size  # hpZ's secondary bf16 partition
-        live = 2 * (model.layer_params / MODULES_PER_BLOCK) + 2 * min(buckets["prefetch"], P)
+        live = 2 * (model.layer_params / modules_per_block(model)) + 2 * min(buckets["prefetch"], P)
         base = {"reduce bucket (bf16)": 2 * buckets["reduce"], "gathered bf16 params (module + prefetch)": live}
         grads_full = (4 if grad_accum_fp32 else 2) * P / n  # persistent partitions, from init
         grads_start = grads_full

@@ -50,8 +50,8 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
                                          gqa_expanded: bool = False, compiled: bool = False) -> float:
     """Bytes one transformer block saves for backward, per token, with fused (flash) attention.
 
-    Matches the transformer `bench train` builds (models/transformer.py): one fused qkv Linear, one
-    fused gate_up Linear, F.rms_norm, rotary (q, k and a copy of v in their own tensors), k/v at their
+    Matches the transformer `bench train` builds (models/transformer.py): one fused qkv Linear, gate and
+    up as two Linears, F.rms_norm, rotary (q, k and a copy of v in their own tensors), k/v at their
     own head count handed to F.scaled_dot_product_attention(enable_gqa=True) (cuDNN or flash, which read
     each kv head for its group). `autocast` True is ddp/zero1 (fp32 weights under torch.autocast): the
     embedding lookup returns fp32, so the residual stream is fp32, rms_norm runs in fp32 (autocast's fp32
@@ -62,13 +62,14 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
     Llama block, saved tensors (bytes per token):
       attention RMSNorm   input x (r h) + rstd (4, fp32)        [fused rms_norm saves input and rstd]
       qkv Linear          its bf16 input (2h)                   [the qkv output itself is not kept]
-      rotary              nothing per token (the muls save the bf16 cos/sin tables: `rope_bytes`)
+      rotary              nothing per token (the complex product keeps its table: `rope_bytes`)
       SDPA flash          q (2q), k and v (2kv each; 2q each with gqa_expanded, as when they are
                           repeated to every query head first), out (2q), logsumexp (4H)
       out Linear          its input = SDPA's out (counted); residual add saves nothing
       MLP RMSNorm         input (r h) + rstd (4)
-      gate_up Linear      its bf16 input (2h)
-      SwiGLU              gate_up output (4I: silu keeps gate, the mul keeps up, both views of it),
+      gate, up Linears    their bf16 input (2h; under autocast each Linear casts the fp32 norm output
+                          itself, so each keeps its own copy: 4h)
+      SwiGLU              gate and up outputs (2I each: silu keeps gate's, the mul keeps up's),
                           silu output (2I), product (2I, down's input)
     GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
     q, k, v (views of the c_attn output, 6h), out (2h), logsumexp, GELU input (2I), c_proj input (2I).
@@ -88,16 +89,16 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
         return 2 * (r * h + 8) + 2 * (2 * h) + 6 * h + 2 * h + lse + 2 * i + activation_output
     k_and_v = 2 * (2 * q if gqa_expanded else 2 * kv)
     norms = 2 * (r * h + 4)
-    linear_inputs = 2 * (2 * h)
+    linear_inputs = 2 * (2 * h) + (2 * h if autocast else 0)
     attention = 2 * q + k_and_v + 2 * q + lse
     mlp = 4 * i + activation_output + 2 * i
     return norms + linear_inputs + attention + mlp
 
 
 def rope_bytes(model: ModelSpec, seq_len: int) -> float:
-    """The forward casts cos and sin (seq_len x head_dim) to bf16 once; every block's rotary muls keep
-    those two tables (shared, not one copy per block)."""
-    return 0.0 if model.family == "gpt2" else 2 * 2 * seq_len * model.head_dim
+    """Every block builds its complex64 rotary table (seq_len x head_dim / 2, 8 bytes each) from the fp32
+    cos and sin, and its products keep it for backward: one table per block."""
+    return 0.0 if model.family == "gpt2" else model.num_layers * 8 * seq_len * model.head_dim / 2
 
 
 def block_input_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
@@ -106,30 +107,34 @@ def block_input_bytes_per_token(model: ModelSpec, autocast: bool = False) -> flo
 
 
 def selective_kept_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = False) -> float:
-    """What a block keeps under per-op selective checkpointing (measure/strategies.py's policy, torchtitan's):
-    its input (r h), the outputs of the operators the policy saves and of no other, per token:
-      qkv matmul (1st of the block's 4)   2 (q + 2 kv)
-      SDPA                                out 2q, logsumexp 4H
-      gate_up matmul (3rd)                4I
-    The out and down matmuls (2nd and 4th) and the cheap ops (norms, rotary, v's copy, SiLU, the
-    product, residual adds, autocast's casts) are recomputed in the backward. GPT-2's block has the
-    same four matmuls: c_attn (3h), out, c_fc (2I: its I outputs), c_proj."""
+    """What a block keeps under per-op selective checkpointing (measure/strategies.py's policy, torchtitan's:
+    every matmul output but the 2nd, 4th, ... of the block's forward): its input (r h) and the outputs
+    of the operators the policy saves and of no other, per token:
+      qkv matmul (1st of the Llama block's 5)   2 (q + 2 kv)
+      SDPA                                      out 2q, logsumexp 4H
+      gate matmul (3rd)                         2I
+      down matmul (5th)                         2h (kept though no backward reads it, as torchtitan's)
+    The out and up matmuls (2nd and 4th) and the cheap ops (norms, rotary, v's copy, SiLU, the product,
+    residual adds, autocast's casts) are recomputed in the backward. GPT-2's block has four matmuls:
+    c_attn (3h) and c_fc (2I: its I outputs) kept, out and c_proj recomputed."""
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     r = 4 if autocast else 2
     first_mm = 2 * (q + 2 * kv)
-    third_mm = 2 * i if model.family == "gpt2" else 4 * i
-    return r * h + first_mm + 2 * q + 4 * model.num_heads + third_mm
+    mlp_mms = 2 * i if model.family == "gpt2" else 2 * i + 2 * h
+    return r * h + first_mm + 2 * q + 4 * model.num_heads + mlp_mms
 
 
 def selective_recompute_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
     """Per-op selective checkpointing: what one block's backward recomputes and holds at once (its
     activations less what was kept): the norms' outputs and rstd (2 x (2h + 4)), rotated q and k
-    (2q + 2kv), v's copy (2kv), the residual after attention (r h), SiLU's output and the product (4I)."""
+    (2q + 2kv), v's copy (2kv), the residual after attention (r h), SiLU's output and the product (4I),
+    and in the Llama block up's output (2I)."""
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     r = 4 if autocast else 2
-    return 2 * (2 * h + 4) + 2 * q + 4 * kv + r * h + 4 * i
+    up = 0 if model.family == "gpt2" else 2 * i
+    return 2 * (2 * h + 4) + 2 * q + 4 * kv + r * h + 4 * i + up
 
 
 def checkpointed_blocks(run: Run) -> int:
@@ -176,8 +181,8 @@ def logits_bytes_per_token(model: ModelSpec) -> float:
 
 def block_backward_temp_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
     """Gradient temporaries inside one block's backward (approximate): at the SwiGLU backward the gate and
-    up gradients (2I each) and their concatenation for gate_up (4I), plus two residual-stream gradients."""
-    return 8 * model.intermediate_size + 2 * (4 if autocast else 2) * model.hidden_size
+    up output gradients (2I each), plus two residual-stream gradients."""
+    return 4 * model.intermediate_size + 2 * (4 if autocast else 2) * model.hidden_size
 
 
 def autocast_cast_params(model: ModelSpec) -> int:

@@ -5,8 +5,8 @@
 - compute: hardware FLOPs per token (flops.py) x tokens per GPU / (datasheet bf16 peak x
   Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest plus what
   checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every block, selective
-  every k-th block's forward, per-op selective the matmuls it does not keep (the attention output
-  projection: every second matmul of the four, whose output the rest of the block needs again).
+  every k-th block's forward, per-op selective the matmuls it does not keep whose output the backward
+  needs again (every second matmul: the attention output projection, and in the Llama block up).
   Per-op selective also reruns the blocks' cheap ops: their forward's share of the elementwise
   traffic below (for "full" that traffic is inside the calibrated rates the full cases were fitted with).
 - torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
@@ -69,11 +69,14 @@ LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast,
 
 def recompute_flops_per_token(run: Run) -> float:
     """FLOPs the backward spends recomputing, per token: a block's forward (2 x its parameters + the
-    causal flash forward) for each block recomputed whole; per-op selective, the output projection
-    of every block (2 q h), the one matmul of the four whose output the backward needs again."""
+    causal flash forward) for each block recomputed whole; per-op selective, of the matmuls it does
+    not keep those whose output the backward needs again: the output projection of every block
+    (2 q h; its output feeds the residual that the MLP's norm keeps) and in the Llama block up (2 h I;
+    the product keeps it). The last matmul's output (down, GPT-2's c_proj) is needed by no backward."""
     model = run.model
     if run.checkpointing == "selective" and run.selective_ac_option == "op":
-        return 2.0 * model.num_layers * model.num_heads * model.head_dim * model.hidden_size
+        up = 0 if model.family == "gpt2" else model.hidden_size * model.intermediate_size
+        return 2.0 * model.num_layers * (model.num_heads * model.head_dim * model.hidden_size + up)
     block = 2.0 * model.layer_params + FLASH_FORWARD_SHARE * attention_flops_per_token(model, run.seq_len) \
         / model.num_layers
     return checkpointed_blocks(run) * block

@@ -6,19 +6,23 @@ grouped-query attention, q/k/v biases when `spec.qkv_bias`, the output projectio
 embedding when `spec.tied_embeddings`. GPT-2 family: LayerNorm, GELU MLP, learned positions, biases.
 The parameter count equals `spec.params` exactly (tested on the presets, built on the meta device),
 and given the same weights the logits equal transformers' LlamaForCausalLM's (tests/unit/
-test_model_vs_transformers.py): the rotary layout is Hugging Face's "rotate half".
+test_model_vs_transformers.py).
 
-Speed (benchmarks/vs_torchtitan.py, docs/results/2026-12-01-h200x1/vs-torchtitan/): the rotary
-embedding is x cos + roll(x sin'), four elementwise passes, no cat of negated halves and no copy;
-its tables are cast to the compute dtype once per forward, not once per block. Grouped-query
-attention hands SDPA the k and v heads as they are (enable_gqa, `GQA_MODE`) rather than
-materialising them at the full head count, and SDPA tries cuDNN's attention first (`SDPA_PRIORITY`),
-as torchtitan does. On one H200 this is 1.02-1.09x torchtitan 0.2's step time at 0.4B-1.2B (0.87x
-for 0.37B under FSDP2), from 1.01-1.13x before.
+The rotary embedding turns interleaved pairs (x[2i], x[2i+1]) of each q and k head (Meta's layout,
+torchtitan's), as one complex multiplication in fp32. Hugging Face's checkpoints hold the same
+weights in the "rotate half" layout, pairs (x[i], x[i + head_dim/2]): loading one means permuting
+each q and k head's rows (`hf_rotary_permutation`), which leaves q.k, and so attention, unchanged.
 
-q, k, v share one Linear and gate/up share one Linear: the same parameters as separate matrices,
-one matrix product instead of three (or two) per layer. The model returns logits; the loss is the
-caller's (the training step computes it in float32 from the bf16 logits).
+Speed (benchmarks/vs_torchtitan.py, docs/results/2026-12-02-h200x1/vs-torchtitan/): measured
+kernel by kernel against torchtitan 0.2's Llama 3, the two costs were the rotary embedding written
+as real arithmetic on the rotate-half layout (its broadcasts over strided views of the qkv output
+run PyTorch's slow, non-vectorised elementwise kernel, and roll is another) and gate/up as one
+Linear (SiLU and the product read strided halves, and the backward concatenates the halves'
+gradients). So q, k, v share one Linear (one matrix product; no cost found) while gate and up are
+two, and the rotary embedding is complex. Grouped-query attention hands SDPA the k and v heads as
+they are (enable_gqa, `GQA_MODE`) and SDPA tries cuDNN's attention first (`SDPA_PRIORITY`), as
+torchtitan does. The model returns logits; the loss is the caller's (the training step computes it
+in float32 from the bf16 logits).
 """
 
 from __future__ import annotations
@@ -50,30 +54,33 @@ SDPA_PRIORITY: str | None = "cudnn"
 
 def rotary_tables(seq_len: int, head_dim: int, device=None, theta: float = ROPE_THETA
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (seq_len, head_dim) in the Hugging Face "rotate half" layout."""
+    """cos and sin of the angle each position turns each of the head_dim / 2 pairs by: (seq_len, head_dim / 2),
+    fp32 (Llama's inverse frequencies theta^(-2i / head_dim))."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
-    angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
 
 
-def rolled_sin(sin: torch.Tensor) -> torch.Tensor:
-    """(sin2, -sin1) of the halves sin = (sin1, sin2): roll(x * rolled_sin(sin), half) = rotate_half(x) * sin,
-    rotate_half(x) = (-x2, x1) being Hugging Face's."""
-    half = sin.shape[-1] // 2
-    return torch.cat((sin[..., half:], -sin[..., :half]), dim=-1)
+def rotate_complex(x: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """x (..., head_dim) with its pairs (x[2i], x[2i+1]) as complex numbers times `turn` (complex64,
+    broadcast to (..., head_dim / 2)), in fp32, back in x's dtype: three kernels (the upcast, which
+    reads x where it lies, the product, the downcast), each over contiguous data."""
+    z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(z * turn).flatten(-2).type_as(x)
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin_rolled: torch.Tensor) -> torch.Tensor:
-    """x cos + rotate_half(x) sin with the same products and sum (bit for bit in fp32), in four
-    elementwise passes and no copy: the first multiplications read x where it lies (a strided view of
-    the qkv output) and write a fresh contiguous tensor, which roll then moves."""
-    return x * cos + torch.roll(x * sin_rolled, x.shape[-1] // 2, dims=-1)
+def rotate_real(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The same rotation in real arithmetic, for torch.compile (Inductor fuses it into one kernel; it
+    does not generate code for complex numbers)."""
+    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2).type_as(x)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Hugging Face's apply_rotary_pos_emb for one tensor, from the plain tables."""
-    return _rope(x, cos, rolled_sin(sin))
+def hf_rotary_permutation(head_dim: int) -> torch.Tensor:
+    """Row order that takes one head of a Hugging Face q or k projection (rotate-half pairs (i, i + d/2))
+    to this model's interleaved pairs (2i, 2i + 1): rows 0, d/2, 1, d/2 + 1, ..."""
+    half = head_dim // 2
+    return torch.stack((torch.arange(half), torch.arange(half) + half), dim=-1).flatten()
 
 
 def _sdpa_kernels():
@@ -104,15 +111,20 @@ class Attention(nn.Module):
         self.rotary = rotary
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """cos and sin: (seq, head_dim) tables in the compute dtype, sin as rolled_sin (Transformer.forward)."""
+        """cos and sin: the fp32 (seq, head_dim / 2) rotary tables (rotary_tables)."""
         b, s, _ = x.shape
         heads, kv = self.heads, self.kv_heads
         q, k, v = self.qkv(x).view(b, s, heads + 2 * kv, self.head_dim).split([heads, kv, kv], dim=2)
         if self.rotary:
             # q and k rotated into their own (batch, seq, heads, head_dim) tensors, the layout SDPA's
             # kernels take as it is; v copied too, so that no view keeps the qkv output alive for backward
-            cos, sin = cos[:s, None], sin[:s, None]  # broadcast over the heads
-            q, k, v = _rope(q, cos, sin), _rope(k, cos, sin), v.contiguous()
+            cos, sin = cos[:s, None].float(), sin[:s, None].float()  # over the heads; fp32 if the model was cast
+            if torch.compiler.is_compiling():
+                q, k = rotate_real(q, cos, sin), rotate_real(k, cos, sin)
+            else:
+                turn = torch.complex(cos, sin)
+                q, k = rotate_complex(q, turn), rotate_complex(k, turn)
+            v = v.contiguous()
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         gqa = {}
         if kv != heads:  # grouped-query: each k/v head serves heads/kv query heads
@@ -136,12 +148,12 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        self.gate_up = nn.Linear(spec.hidden_size, 2 * spec.intermediate_size, bias=False)
+        self.gate = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
         self.down = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 class GeluMlp(nn.Module):
@@ -200,10 +212,8 @@ class Transformer(nn.Module):
         x = self.embed(tokens)
         if self.positions is not None:
             x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        # the rotary tables once per step in the dtype q and k are computed in (bf16 under autocast)
-        s, device = tokens.shape[1], tokens.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-        cos, sin = self.rope_cos[:s].to(dtype), rolled_sin(self.rope_sin[:s]).to(dtype)
+        s = tokens.shape[1]
+        cos, sin = self.rope_cos[:s], self.rope_sin[:s]
         for layer in self.layers:
             x = layer(x, cos, sin)
         x = self.norm(x)
