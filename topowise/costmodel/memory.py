@@ -15,9 +15,10 @@ How PyTorch holds the training state (the bench builds exactly this):
   to an fp32 reduce-scatter input.
 - hsdp: as zero3 with the shard group in place of the world.
 
-AdamW is fused (one kernel, no temporaries). The peak is the largest of four moments (`phases`),
+AdamW is fused (one kernel, no temporaries). The peak is the largest of the moments (`phases`),
 each a sum of what is alive then: loss backward (all saved activations + the logits buffers),
-output-layer backward, a block's backward (with checkpointing: what one block recomputes), and the end of
+output-layer backward, the first block's backward (with checkpointing: what one block recomputes),
+with FSDP2 the last block's (its gradients have grown as the activations shrank), and the end of
 backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator
 reports (torch.cuda.max_memory_allocated) is `allocated_bytes`; peak_bytes adds allocator slack and
 the CUDA context (what nvidia-smi shows).
@@ -262,13 +263,22 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         end = {"root unsharded bf16 params + gradient": 4 * root, "root fp32 reduce-scatter input": 4 * root}
 
     # Each moment: grads, activations, logits, buffers alive (params and optimizer states always are).
+    # Going down the blocks, each block's backward frees its saved activations and (FSDP2) adds its
+    # sharded gradients: what is alive is linear in the block reached, so its largest is at the first
+    # block's backward (every block's activations, no block's gradients) or the last one's (one block's
+    # activations, every other block's gradients). DDP's gradients are there throughout.
     phases = {
         "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), base),
         "output-layer backward": (grads_at_start, saved, tokens * 2 * model.vocab_size, {**base, **out_grad}),
-        "block backward": (full_grads if autocast else full_grads / 2, saved + recompute + block_temp, 0.0,
-                           {**base, **block_grad}),
+        "block backward": (grads_at_start, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
     }
+    if not autocast:
+        layers = model.num_layers
+        block_grads = full_grads * layers * model.layer_params / P
+        phases["last block's backward"] = (block_grads * (layers - 1) / layers,
+                                           tokens * kept / layers + recompute + block_temp, 0.0,
+                                           {**base, **block_grad})
     return breakdown_at_peak(phases, params_b, opt_b, gpu_memory_bytes, profile,
                              first_steps_extra=full_grads if autocast else 0.0)
 
