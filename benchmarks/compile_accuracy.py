@@ -7,8 +7,9 @@
 that topowise.calibrate.fit's fit_compiled and fit_host find in DIR/fit/*.jsonl, starting from the
 default profile: what costmodel/profile.py's defaults are. --fit-eager fits the eager terms one GPU
 identifies the way calibrate does (the host per block from the host-bound runs, then
-compute_efficiency and activation_traffic by least squares over the GPU-bound ones; no
-communication, so the overlaps stay) from DIR/fit, prints them and writes DIR/profile.json. Without
+compute_efficiency and activation_traffic by least squares over the GPU-bound ones, then the compiled
+traffic from compiled twins if any; no communication, so the overlaps stay) from DIR/fit, prints them
+and writes DIR/profile.json. Without
 either: every record of DIR/fit and DIR/heldout predicted beside its measurement with the default
 profile (or --profile), as a markdown table (DIR/accuracy.md, or DIR/accuracy-PROFILE.md), with the
 error means by kind. Records are replayed from their own model shapes.
@@ -62,16 +63,19 @@ def fit(folder: Path) -> None:
 
 def fit_eager(folder: Path) -> Profile:
     topo = load_topology(TOPOLOGY)
-    obs = [o for o in observations_from(load(folder / "fit")) if not o.compile]
+    obs = observations_from(load(folder / "fit"))
     predict_one = predictor(topo)
     where = f"one H200, {folder / 'fit'}"
-    profile, bound = fit_host(default_profile(), obs, predict_one, None, where)
-    device_obs = [o for o in obs if o not in bound
+    profile, bound = fit_host(default_profile(), [o for o in obs if not o.compile], predict_one, None, where)
+    device_obs = [o for o in obs if o not in bound and not o.compile
                   and predict_one(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
     names = ["compute_efficiency", "activation_traffic"]
     profile, result = fit_step_time(profile, device_obs, predict_one, where, names)
     print(f"compute_efficiency = {profile.compute_efficiency}  activation_traffic = {profile.activation_traffic}  "
           f"(rms error {100 * result.rms_error:.1f}%, worst {100 * result.max_error:.1f}%)")
+    if any(o.compile for o in obs):  # compiled twins: their traffic against the eager rates just fitted
+        profile, compiled = fit_compiled(profile, obs, predict_one, where)
+        print(f"compiled_activation_traffic = {profile.compiled_activation_traffic}  compile_s = {profile.compile_s}")
     print("host-bound runs:", ", ".join(o.case.label for o in bound))
     for key, value in sorted(profile.host_s_per_layer.items()):
         if not key.startswith("compiled/"):
