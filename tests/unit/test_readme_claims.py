@@ -28,8 +28,9 @@ RUN16_GPU = "the same, the 16 cases the model predicts GPU-bound"
 RUN16_HOST = "the same, the 5 cases it predicts host-bound (small models with FSDP2)"
 RUN17 = ("run 16's profile validated again on the same machine 4 minutes later, run 17: "
          "all / GPU-bound / host-bound")
-REFIT3 = ("the same records, run 10's calibrated profile (whose step-time values are today's defaults; "
-          "a cross-run check, not unseen shapes; `refit3/validate-run2-8192.txt`)")
+REFIT3 = ("the same records, run 10's calibrated profile (whose step-time values were the defaults until the "
+          "bench transformer changed on 2026-12-02; a cross-run check, not unseen shapes; "
+          "`refit3/validate-run2-8192.txt`)")
 
 # row text -> (records, profile, topology preset or None for the records' meta.json, what each group of
 # figures in the row covers: "all", "gpu" or "host" of summarize's by_bound)

@@ -167,10 +167,9 @@ def block_tensors(model: ModelSpec) -> list[int]:
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     if model.family == "gpt2":  # c_proj, c_fc, ln_2, attn.c_proj, c_attn, ln_1 (weights and biases)
         return [i * h, h, h * i, i, h, h, h * h, h, h * 3 * h, 3 * h, h, h]
-    b = model.qkv_bias
-    # down, up, gate, post-attention norm, o, v, k, q, input norm (reverse of forward order)
-    return ([h * i, i * h, h * i, h, h * q] + ([kv] if b else []) + [kv * h] + ([kv] if b else []) + [kv * h]
-            + ([q] if b else []) + [q * h, h])
+    # down, up, gate, post-attention norm, out, the fused qkv (its bias), input norm (the bench transformer's
+    # tensors, reverse of forward order)
+    return [h * i, i * h, h * i, h, h * q, (q + 2 * kv) * h] + ([q + 2 * kv] if model.qkv_bias else []) + [h]
 
 
 def grad_tensors_in_ready_order(model: ModelSpec) -> list[int]:
