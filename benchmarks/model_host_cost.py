@@ -10,7 +10,6 @@ median step time over 50 steps after 10 warm-up steps, under autocast (bf16) as 
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import sys
 import time
@@ -30,9 +29,9 @@ def build(path: str | None):
     if path is None:
         from topowise.models import transformer as module
     else:
-        spec = importlib.util.spec_from_file_location(f"variant_{Path(path).stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        from vs_torchtitan import load_file  # the same loader the GPU comparison uses
+
+        module = load_file(path)
     return module.build_model(SPEC, 16, "cpu", seed=0)
 
 

@@ -25,6 +25,7 @@ step time, tokens/s, ours / torchtitan's step time (below 1.0: ours is faster).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib.util
 import json
@@ -96,8 +97,9 @@ def torchtitan_model(spec: ModelSpec, seq_len: int) -> nn.Module:
     return model
 
 
+@functools.cache
 def load_file(path: str):
-    """A models/transformer.py variant from a file (its build_model is what runs)."""
+    """A models/transformer.py variant from a file (its build_model is what runs), loaded once."""
     spec_ = importlib.util.spec_from_file_location(f"variant_{Path(path).stem}", path)
     module = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(module)
@@ -243,11 +245,7 @@ def main() -> int:
     os.environ.setdefault("MASTER_PORT", "29517")
     torch.distributed.init_process_group("nccl", rank=0, world_size=1)
     torch.cuda.set_device(0)
-    before = None
-    if args.before and Path(args.before).is_file():
-        spec_ = importlib.util.spec_from_file_location("transformer_before", args.before)
-        before = importlib.util.module_from_spec(spec_)
-        spec_.loader.exec_module(before)
+    before = load_file(args.before) if args.before and Path(args.before).is_file() else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
