@@ -2,7 +2,7 @@
 
 How PyTorch holds training state here (the cost model in topowise/costmodel assumes the same):
 - ddp: fp32 parameters, torch.autocast(bf16) compute, fp32 gradients, AdamW (fp32 exp_avg,
-  exp_avg_sq), DDP(gradient_as_bucket_view=True, bucket_cap_mb=25): all-reduce of fp32 gradients
+  exp_avg_sq), DDP(gradient_as_bucket_view=True, default buckets): all-reduce of fp32 gradients
   in 25 MB buckets, overlapped with the backward pass.
 - zero1: ZeroRedundancyOptimizer(AdamW) over the same DDP: optimizer states sharded; after the
   step each rank broadcasts its updated fp32 parameter partition.
@@ -26,7 +26,10 @@ import torch.nn as nn
 
 from topowise.run import Run
 
-DDP_BUCKET_CAP_MB = 25  # PyTorch's default; the cost model's bucket size
+# None: DDP's default buckets, 25 MiB and a first one of 1 MiB (the cost model's, comm.ddp_bucket_ends). Giving
+# bucket_cap_mb=25 is not the same: DDP then caps the first bucket at 25 MiB too (torch 2.11, measured with
+# benchmarks/bucket_ready.py; torch/nn/parallel/distributed.py, is_using_default)
+DDP_BUCKET_CAP_MB = None
 DDP_PARAMETERS = frozenset(inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters)
 
 
@@ -65,8 +68,8 @@ def make_optimizer(params, *, lr: float, weight_decay: float, device_type: str) 
 
 
 def apply_ddp(model: nn.Module, process_group=None, *, device_type: str = "cuda",
-              bucket_cap_mb: int = DDP_BUCKET_CAP_MB) -> nn.Module:
-    """DistributedDataParallel with gradients as views into the 25 MB all-reduce buckets (no copy)."""
+              bucket_cap_mb: float | None = DDP_BUCKET_CAP_MB) -> nn.Module:
+    """DistributedDataParallel with gradients as views into its all-reduce buckets (no copy)."""
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [torch.cuda.current_device()] if device_type == "cuda" else None
