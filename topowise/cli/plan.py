@@ -210,6 +210,12 @@ def _write(path: str, text: str) -> None:
         raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
 
 
+def checkpoint_cell(run) -> str:
+    """The AC column, short enough for an 80-column table: torchtitan's mode and option for selective
+    checkpointing ("sel:op", "sel:2"); the reasons under the table say it in words."""
+    return f"sel:{run.selective_ac_option}" if run.checkpointing == "selective" else run.checkpointing
+
+
 def _show(result, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -234,7 +240,7 @@ def _show(result, as_json: bool) -> None:
         for i, p in enumerate(result.plans, 1):
             gpus = all_groups(p.gpus, p.shard_group_size) if p.shard_group_size else gpu_list(p.gpus)
             pred = p.prediction
-            table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), pred.run.checkpoint_words,
+            table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), checkpoint_cell(pred.run),
                           *(("yes" if p.compile else "no",) if compiled else ()),
                           f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
                           f"{pred.memory.peak_bytes / 2**30:.1f}")
