@@ -57,18 +57,18 @@ def call_cost(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile) -> t
 
 
 def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list, topo: Wiring, count: int,
-               phase: str, profile: Profile, groups: list | None = None) -> CollectiveCost:
+               phase: str, profile: Profile, groups: list | None = None, unit: str = "") -> CollectiveCost:
     """A CollectiveCost for `count` calls over `group`; with `groups` (parallel groups, e.g. every
     shard group at once), the slowest group sets the time (inside a node: the slowest link)."""
     groups = groups or [group]
     n = len(groups[0])
     if spans_nodes(topo, groups[0]):
         per_call, bus = max((call_cost(op, nbytes, g, topo, profile) for g in groups), key=lambda c: c[0])
-        return CollectiveCost(op, int(round(nbytes)), dtype, n, count, "NET", bus, per_call * count, phase)
+        return CollectiveCost(op, int(round(nbytes)), dtype, n, count, "NET", bus, per_call * count, phase, unit)
     line, link = min((group_link(topo, g) for g in groups), key=lambda x: x[0])
     per_call = collective_time(op, nbytes, n, line, link, profile)
     return CollectiveCost(op, int(round(nbytes)), dtype, n, count, link, achieved_gbps(op, n, line, link, profile),
-                          per_call * count, phase)
+                          per_call * count, phase, unit)
 
 
 def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[CollectiveCost, ...]:
@@ -82,24 +82,25 @@ def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[
         if len(buckets) > 1:
             rest = buckets[:-1]
             out.append(collective("all_reduce", sum(rest) / len(rest), "fp32", group, topology, len(rest), BACKWARD,
-                                  profile))
-        out.append(collective("all_reduce", buckets[-1], "fp32", group, topology, 1, BACKWARD_LAST, profile))
+                                  profile, unit="bucket"))
+        out.append(collective("all_reduce", buckets[-1], "fp32", group, topology, 1, BACKWARD_LAST, profile,
+                              unit="bucket"))
         if spec.sharded:  # zero1: each owner broadcasts its updated parameters
             tensors = grad_tensors_in_ready_order(model)
             out.append(collective("broadcast", 4 * model.params / len(tensors), "fp32", group, topology,
-                                  len(tensors), AFTER_STEP, profile))
+                                  len(tensors), AFTER_STEP, profile, unit="tensor"))
         return tuple(c for c in out if c.group_size > 1)
 
     blocks, block, root = model.num_layers, model.layer_params, root_params(model)
     groups = shard_groups(topology, gpus, run.shard_group_size or run.num_gpus) if spec.replicated else [group]
     g0 = groups[0]
-    ag = lambda nbytes, count, phase: collective("all_gather", nbytes, "bf16", g0, topology, count, phase, profile,
-                                                 groups)
-    rs = lambda nbytes, count, phase: collective("reduce_scatter", nbytes, "fp32", g0, topology, count, phase,
-                                                 profile, groups)
+    ag = lambda nbytes, count, phase, unit="block": collective("all_gather", nbytes, "bf16", g0, topology, count,
+                                                               phase, profile, groups, unit)
+    rs = lambda nbytes, count, phase, unit="block": collective("reduce_scatter", nbytes, "fp32", g0, topology, count,
+                                                               phase, profile, groups, unit)
     # forward: the root's and the first block's all-gathers come before any compute to hide behind;
     # each later block's all-gather is prefetched during the previous block's forward.
-    out.append(ag(2 * root, 1, FORWARD_FIRST))
+    out.append(ag(2 * root, 1, FORWARD_FIRST, "root"))
     out.append(ag(2 * block, 1, FORWARD_FIRST))
     if blocks > 1:
         out.append(ag(2 * block, blocks - 1, FORWARD))
@@ -110,15 +111,15 @@ def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[
     if blocks > 1:
         out.append(rs(4 * block, blocks - 1, BACKWARD))
     out.append(rs(4 * block, 1, BACKWARD_LAST))
-    out.append(rs(4 * root, 1, BACKWARD_LAST))
+    out.append(rs(4 * root, 1, BACKWARD_LAST, "root"))
     if spec.replicated and len(groups) > 1:
         reps = replica_groups(groups)
-        ar = lambda nbytes, count, phase: collective("all_reduce", nbytes, "fp32", reps[0], topology, count, phase,
-                                                     profile, reps)
+        ar = lambda nbytes, count, phase, unit="block": collective("all_reduce", nbytes, "fp32", reps[0], topology,
+                                                                   count, phase, profile, reps, unit)
         if blocks > 1:
             out.append(ar(4 * block / len(g0), blocks - 1, BACKWARD))
         out.append(ar(4 * block / len(g0), 1, BACKWARD_LAST))
-        out.append(ar(4 * root / len(g0), 1, BACKWARD_LAST))
+        out.append(ar(4 * root / len(g0), 1, BACKWARD_LAST, "root"))
     return tuple(c for c in out if c.group_size > 1 and c.count > 0)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from topowise.costmodel.flops import FLASH_BACKWARD_SHARE, attention_flops_per_token
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec
 from topowise.topology.model import Wiring
@@ -61,6 +62,7 @@ class CollectiveCost:
     bandwidth_gbps: float  # achieved bus bandwidth used: line x achieved fraction
     time_s: float
     phase: str
+    unit: str = ""  # what one call sends: "bucket" (DDP), "block" or "root" (an FSDP2 unit), "tensor"
 
     @property
     def total_bytes(self) -> int:
@@ -161,15 +163,26 @@ def achieved_gbps(op: str, n: int, line_gbps: float, link: str, profile: Profile
 
 
 # --- what PyTorch holds and sends --------------------------------------------------------------
-def block_tensors(model: ModelSpec) -> list[int]:
-    """Parameter tensor sizes of one block, in the order backward makes their gradients."""
+def block_backward(model: ModelSpec, seq_len: int) -> list[tuple[int, float]]:
+    """(elements, backward FLOPs per token) of each parameter tensor of one block, in the order backward
+    makes their gradients: a matrix's input and weight gradients (4 x its elements), the attention's
+    backward (flash, causal) before the fused qkv whose gradient needs it; norms and biases ~0."""
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    attention = FLASH_BACKWARD_SHARE * attention_flops_per_token(model, seq_len) / model.num_layers
     if model.family == "gpt2":  # c_proj, c_fc, ln_2, attn.c_proj, c_attn, ln_1 (weights and biases)
-        return [i * h, h, h * i, i, h, h, h * h, h, h * 3 * h, 3 * h, h, h]
-    # down, up, gate, post-attention norm, out, the fused qkv (its bias), input norm (the bench transformer's
-    # tensors, reverse of forward order)
-    return [h * i, i * h, h * i, h, h * q, (q + 2 * kv) * h] + ([q + 2 * kv] if model.qkv_bias else []) + [h]
+        sizes = [i * h, h, h * i, i, h, h, h * h, h, h * 3 * h, 3 * h, h, h]
+        qkv = 8
+    else:  # down, up, gate, post-attention norm, out, the fused qkv (its bias), input norm (the bench
+        # transformer's tensors, reverse of forward order)
+        sizes = [h * i, i * h, h * i, h, h * q, (q + 2 * kv) * h] + ([q + 2 * kv] if model.qkv_bias else []) + [h]
+        qkv = 5
+    return [(n, 4.0 * n + (attention if k == qkv else 0.0)) for k, n in enumerate(sizes)]
+
+
+def block_tensors(model: ModelSpec) -> list[int]:
+    """Parameter tensor sizes of one block, in the order backward makes their gradients."""
+    return [n for n, _ in block_backward(model, 0)]
 
 
 def grad_tensors_in_ready_order(model: ModelSpec) -> list[int]:
@@ -190,18 +203,25 @@ def grad_tensors_in_ready_order(model: ModelSpec) -> list[int]:
     return out
 
 
-def ddp_buckets(model: ModelSpec, bytes_per_param: int = 4) -> list[int]:
-    """Bucket sizes in bytes, in all-reduce order, as DDP's `_compute_bucket_assignment_by_size` fills
-    them: add tensors until the bucket reaches its limit (1 MiB for the first, 25 MiB after)."""
+def ddp_bucket_ends(model: ModelSpec, bytes_per_param: int = 4) -> list[tuple[int, int]]:
+    """(bytes, index of its last tensor in grad_tensors_in_ready_order) of each bucket, in all-reduce order,
+    as DDP's `_compute_bucket_assignment_by_size` fills them: add tensors until the bucket reaches its
+    limit (1 MiB for the first, 25 MiB after)."""
     buckets, current, limit = [], 0, DDP_FIRST_BUCKET_BYTES
-    for numel in grad_tensors_in_ready_order(model):
+    tensors = grad_tensors_in_ready_order(model)
+    for k, numel in enumerate(tensors):
         current += numel * bytes_per_param
         if current >= limit:
-            buckets.append(current)
+            buckets.append((current, k))
             current, limit = 0, DDP_BUCKET_BYTES
     if current:
-        buckets.append(current)
+        buckets.append((current, len(tensors) - 1))
     return buckets
+
+
+def ddp_buckets(model: ModelSpec, bytes_per_param: int = 4) -> list[int]:
+    """Bucket sizes in bytes, in all-reduce order (ddp_bucket_ends)."""
+    return [b for b, _ in ddp_bucket_ends(model, bytes_per_param)]
 
 
 def root_params(model: ModelSpec) -> int:

@@ -94,6 +94,11 @@ H200_RUN = "calibrate on 2x H200 (docs/results/2026-11-30-h200x2/run10/profile.j
 H200_STEP_FIT = (f"{H200_RUN}: least squares of predicted vs measured step time over 10 GPU-bound runs "
                  "(llama3.2-1b, qwen2.5-0.5b at 8192 tokens; ddp, zero1, zero2, zero3; NVLink and P2P off); "
                  "rms error 2.3%, worst 4.8%")
+# The overlaps since the step's phases became timelines (overlap.py): run 10's records fitted again, the
+# overlaps alone, with the GPU rates held at run 10's own fit (0.6027, 11.17: the bench transformer of then)
+H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines of costmodel/overlap.py (overlaps "
+                    "alone, GPU rates held at that run's 0.6027 and 11.17): rms error 2.3%, worst 4.4% over its 10 "
+                    "GPU-bound runs (docs/calibration.md, \"Overlap from structure\")")
 # The bench transformer's GPU rates since its change of 2026-12-02 (gate and up two Linears, complex rotary:
 # faster elementwise kernels, so run10's values over-predicted it by 7-16%): refitted on one H200 (16-core
 # host), torch 2.11, from that model's GPU-bound runs, checked on shapes the fit never saw
@@ -116,9 +121,12 @@ HOST_S_PER_LAYER: dict[str, float] = {
 # fit_compiled and fit_host over those records, `python benchmarks/compile_accuracy.py --fit`).
 COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200x1/compile/fit)"
 # HBM-equivalent bytes of the elementwise work per saved byte, compiled: fitted against what compiling
-# saved beside each eager twin (llama3.2-1b, 1 x 8192, ddp / zero2 / zero3: 186.4 -> 167.4, 183.4 -> 165.2,
-# 185.3 -> 168.7 ms); rms error 0.4%
-COMPILED_ACTIVATION_TRAFFIC = 6.0912
+# saved beside each eager twin. The bench transformer of 2026-12-02 (gate and up two Linears, complex
+# rotary) saves less by compiling: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3 179.9 ->
+# 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/session2/run8);
+# rms error 0.5%. (The earlier transformer: 6.09, from 186.4 -> 167.4, 183.4 -> 165.2, 185.3 -> 168.7 ms.)
+COMPILED_TRAFFIC_WHERE = "bench train --compile on one H200 (docs/results/2026-12-02-h200x1/session2/run8/compiled)"
+COMPILED_ACTIVATION_TRAFFIC = 8.0433
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
 # ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
@@ -158,10 +166,10 @@ _SOURCES = {
     "hbm_efficiency": (f"{H200_RUN}: the fused AdamW step (3352 GB/s) and the fp32 cross-entropy (3702 GB/s) "
                        "timed alone, mean 3527 of the datasheet 4800 GB/s"),
     "activation_traffic": H200_MODEL_FIT,
-    "overlap.ddp": f"{H200_STEP_FIT} (at its bound: the bucket all-reduce hides entirely)",
-    "overlap.zero1": f"{H200_STEP_FIT} (at its bound)",
-    "overlap.zero2": H200_STEP_FIT,
-    "overlap.zero3": H200_STEP_FIT,
+    "overlap.ddp": H200_OVERLAP_FIT,
+    "overlap.zero1": f"{H200_OVERLAP_FIT} (at its bound)",
+    "overlap.zero2": H200_OVERLAP_FIT,
+    "overlap.zero3": H200_OVERLAP_FIT,
     "overlap.hsdp": f"{H200_RUN}: no hsdp run; the same mechanism as zero3, its fitted value",
     **{f"host_s_per_layer.{k}": (f"{H200_RUN}: median over qwen2.5-0.5b and llama3.2-1b at 128 tokens of bench "
                                  "train's host seconds in the phase per block; a faster host has less")
@@ -190,9 +198,9 @@ _SOURCES = {
                     "machines: examples.models.llama:build, micro-batch 4, zero3, profiled on one H200 in two "
                     "launches minutes apart at 49.3 and 59.7 ms (docs/results/2026-12-01-h200x1/model-profile/"
                     "run3/README.md; 0.37B zero3: 78.2 and 92.6 ms, smallvocab/)"),
-    "compiled_activation_traffic": (f"{COMPILE_WHERE}: least squares of the compiled prediction against the eager "
-                                    "prediction less what compiling saved (measured eager - compiled) over "
-                                    "llama3.2-1b 1 x 8192 ddp, zero2, zero3; rms error 0.4%, worst 0.5%"),
+    "compiled_activation_traffic": (f"{COMPILED_TRAFFIC_WHERE}: least squares of the compiled prediction against the "
+                                    "eager prediction less what compiling saved (measured eager - compiled) over "
+                                    "llama3.2-1b 1 x 8192 ddp and zero3, two rounds; rms error 0.5%, worst 0.5%"),
     "compile_s": (f"{COMPILE_WHERE}: median over 10 compiled runs (llama3.2-1b, qwen2.5-0.5b; 128 and 8192 "
                   "tokens) of the first warm-up step less the median timed step: 4.0-11.9 s"),
     **{f"host_s_per_layer.{k}": (f"{COMPILE_WHERE}: median over the host-bound compiled runs at 128 tokens "
@@ -213,7 +221,7 @@ class Profile:
     comm_efficiency: dict = field(default_factory=lambda: dict(_EFF))  # "NV/all_reduce" -> busbw / line
     latency_s: dict = field(default_factory=lambda: dict(_LAT))  # "NV/all_reduce" -> alpha seconds
     overlap: dict = field(default_factory=lambda: {
-        "ddp": 1.0, "zero1": 1.0, "zero2": 0.8753, "zero3": 0.8746, "hsdp": 0.8746})
+        "ddp": 0.896, "zero1": 1.0, "zero2": 0.8754, "zero3": 0.8408, "hsdp": 0.8408})
     allocator_slack: float = 0.05  # reserved above allocated, fraction of allocated
     cuda_context_bytes: int = 500 * MIB
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`

@@ -23,9 +23,11 @@
   all-gather's output into the unsharded parameters (2+2 bytes per parameter per gather).
 - optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
   parameter, exp_avg, exp_avg_sq (12): 28 bytes per local parameter (a foreach AdamW would make ~80).
-- communication (comm.py) by phase: "forward"/"backward" collectives hide behind that phase's compute
-  with the strategy's overlap efficiency e: exposed = max(H - C, 0) + (1 - e) min(H, C); the rest
-  (the first all-gathers, the last bucket or reduce-scatter, zero1's broadcasts) is exposed whole.
+- communication (comm.py, collectives.py): the forward and the backward are timelines (overlap.py), the
+  phase's GPU work in segments (the output layer and the loss at the forward's end and the backward's
+  start, the blocks between) beside its collectives, each issued when its data is ready and run one at a
+  time; exposed = what the phase takes beyond its GPU work + (1 - e) x the collective time beside it,
+  e the strategy's overlap; zero1's broadcasts after the step are exposed whole.
 - the host: eager PyTorch issues every kernel from Python, and the step never waits for the GPU, so
   the host runs ahead of a busy GPU; when the GPU's work in a phase (forward with the loss, backward,
   optimizer step) is shorter than the host's time to issue it, the GPU waits. Each phase takes
@@ -54,6 +56,7 @@ from topowise.costmodel.memory import (
     estimate_memory,
     fits,
 )
+from topowise.costmodel.overlap import ddp_backward, fsdp_backward, fsdp_forward
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
 from topowise.errors import UsageError
@@ -80,6 +83,15 @@ def recompute_flops_per_token(run: Run) -> float:
     block = 2.0 * model.layer_params + FLASH_FORWARD_SHARE * attention_flops_per_token(model, run.seq_len) \
         / model.num_layers
     return checkpointed_blocks(run) * block
+
+
+def head_seconds(model, tokens: int, rate: float, hbm: float) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer's matmuls and the fp32 loss over the vocabulary:
+    the forward's last work and the backward's first, before any block's gradient exists."""
+    matmul = 2.0 * model.vocab_size * model.hidden_size * tokens / rate
+    logits = tokens * model.vocab_size
+    return (matmul + LOSS_FORWARD_BYTES_PER_LOGIT * logits / hbm,
+            2 * matmul + (LOSS_BYTES_PER_LOGIT - LOSS_FORWARD_BYTES_PER_LOGIT) * logits / hbm)
 
 
 def exposed_time(hideable_s: float, window_s: float, overlap: float) -> float:
@@ -132,19 +144,25 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
 
     collectives = strategy_collectives(run, topology, profile)
     overlap = profile.overlap.get(run.strategy, 0.0)
-
-    def phase_sum(*phases: str) -> float:
-        return sum(c.time_s for c in collectives if c.phase in phases)
-
-    fwd_exposed = phase_sum(comm_mod.FORWARD_FIRST) + exposed_time(phase_sum(comm_mod.FORWARD), forward_s, overlap)
-    bwd_exposed = phase_sum(comm_mod.BACKWARD_LAST) + exposed_time(phase_sum(comm_mod.BACKWARD), backward_s, overlap)
-    opt_exposed = phase_sum(comm_mod.AFTER_STEP)
+    # each phase's compute as a timeline beside its collectives (overlap.py): the output layer and the
+    # loss at the forward's end and the backward's start, the blocks between
+    fwd_head, bwd_head = head_seconds(model, tokens, rate, hbm)
+    fwd_total, bwd_total = forward_s + fwd_bytes / hbm, backward_s + (copy_bytes - fwd_bytes) / hbm
+    if run.spec.autocast:  # DDP's family: nothing to send in the forward
+        fwd_exposed = 0.0
+        bwd_exposed = ddp_backward(model, run.seq_len, collectives, bwd_total, bwd_head,
+                                   recompute_flops_per_token(run) / model.num_layers).exposed(overlap)
+    else:
+        fwd_exposed = fsdp_forward(model, collectives, fwd_total, fwd_head).exposed(overlap)
+        bwd_exposed = fsdp_backward(model, collectives, bwd_total, bwd_head,
+                                    run.spec.reshard_after_forward).exposed(overlap)
+    opt_exposed = sum(c.time_s for c in collectives if c.phase == comm_mod.AFTER_STEP)
     exposed = fwd_exposed + bwd_exposed + opt_exposed
     comm_s = sum(c.time_s for c in collectives)
     # what the GPU does in each phase, and what the host (Python) needs to issue it: a phase takes the
     # longer of the two (the host runs ahead of a busy GPU; an idle GPU waits for the host)
-    device = {"forward": forward_s + fwd_bytes / hbm + fwd_exposed,
-              "backward": backward_s + (copy_bytes - fwd_bytes) / hbm + bwd_exposed,
+    device = {"forward": fwd_total + fwd_exposed,
+              "backward": bwd_total + bwd_exposed,
               "optimizer": optimizer_s + opt_exposed}
     host = {p: profile.host_s(run.strategy, p, run.compile) * model.num_layers for p in device}
     device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
