@@ -28,6 +28,7 @@ and prices each one with the model for where it runs.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -185,7 +186,8 @@ def block_tensors(model: ModelSpec) -> list[int]:
     return [n for n, _ in block_backward(model, 0)]
 
 
-def grad_tensors_in_ready_order(model: ModelSpec) -> list[int]:
+@functools.lru_cache(maxsize=256)
+def grad_tensors_in_ready_order(model: ModelSpec) -> tuple[int, ...]:
     """Every parameter tensor (elements), in the order backward finishes its gradient.
 
     Output layer first (untied), final norm, blocks last to first, and the input embedding last: a tied
@@ -200,10 +202,11 @@ def grad_tensors_in_ready_order(model: ModelSpec) -> list[int]:
         out.append(model.max_positions * h)
     out.append(v * h)
     assert sum(out) == model.params, "tensor list must cover every parameter"
-    return out
+    return tuple(out)  # cached (a planner predicts one model thousands of times): not to be changed
 
 
-def ddp_bucket_ends(model: ModelSpec, bytes_per_param: int = 4) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=256)
+def ddp_bucket_ends(model: ModelSpec, bytes_per_param: int = 4) -> tuple[tuple[int, int], ...]:
     """(bytes, index of its last tensor in grad_tensors_in_ready_order) of each bucket, in all-reduce order,
     as DDP's `_compute_bucket_assignment_by_size` fills them: add tensors until the bucket reaches its
     limit (1 MiB for the first, 25 MiB after)."""
@@ -216,7 +219,7 @@ def ddp_bucket_ends(model: ModelSpec, bytes_per_param: int = 4) -> list[tuple[in
             current, limit = 0, DDP_BUCKET_BYTES
     if current:
         buckets.append((current, len(tensors) - 1))
-    return buckets
+    return tuple(buckets)
 
 
 def ddp_buckets(model: ModelSpec, bytes_per_param: int = 4) -> list[int]:

@@ -26,8 +26,8 @@ the input gradient and the weight gradient) with the attention's backward before
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from topowise.costmodel.comm import (
     BACKWARD,
@@ -41,8 +41,7 @@ from topowise.models.spec import ModelSpec
 START = -1  # `after` of a transfer issued when the phase starts
 
 
-@dataclass(frozen=True)
-class Transfer:
+class Transfer(NamedTuple):  # a tuple: a 70B model's DDP backward makes about 800 of them per prediction
     seconds: float
     after: int  # issued when compute segment `after` ends (START: when the phase starts)
     needed_by: int | None = None  # the segment that cannot start before this transfer is done
@@ -70,44 +69,51 @@ class PhaseTimeline:
 def run_phase(segments: list[float], transfers: list[Transfer]) -> PhaseTimeline:
     """Lay `transfers` (in issue order) beside `segments` and return when the phase ends."""
     assert all(a.after <= b.after for a, b in zip(transfers, transfers[1:])), "transfers must come in issue order"
-    starts: list[float] = []
-    ends: list[float] = []
-    done: list[float] = []
-    began: list[float] = []
-    lane_free: dict[str, float] = {}
     waiting: dict[int, list[int]] = {}
     for k, t in enumerate(transfers):
         if t.needed_by is not None:
             assert t.needed_by > t.after, "a transfer cannot be needed before it is issued"
             waiting.setdefault(t.needed_by, []).append(k)
+    n = len(transfers)
+    began, done = [0.0] * n, [0.0] * n
+    lane_free: dict[str, float] = {}
+    ends: list[float] = []
+    busy: list[list[float]] = []  # the compute stream's busy intervals, joined where one segment follows another
+    issued = 0
 
     def issue_until(segment: int) -> None:  # every transfer issued at or before the end of `segment`
-        while len(done) < len(transfers) and transfers[len(done)].after <= segment:
-            t = transfers[len(done)]
+        nonlocal issued
+        while issued < n and transfers[issued].after <= segment:
+            t = transfers[issued]
             start = max(lane_free.get(t.lane, 0.0), 0.0 if t.after == START else ends[t.after],
-                        done[t.follows] if t.follows is not None else 0.0)
-            began.append(start)
-            done.append(start + t.seconds)
-            lane_free[t.lane] = done[-1]
+                        0.0 if t.follows is None else done[t.follows])
+            began[issued], done[issued] = start, start + t.seconds
+            lane_free[t.lane] = done[issued]
+            issued += 1
 
     clock = 0.0
     for i, seconds in enumerate(segments):
         issue_until(i - 1)
-        clock = max([clock] + [done[k] for k in waiting.get(i, [])])
-        starts.append(clock)
-        clock += seconds
+        start = max([clock] + [done[k] for k in waiting[i]]) if i in waiting else clock
+        clock = start + seconds
         ends.append(clock)
+        if busy and busy[-1][1] >= start:
+            busy[-1][1] = clock
+        elif seconds > 0:
+            busy.append([start, clock])
     issue_until(len(segments))
-    beside = sum(overlap_with(starts, ends, b, d) for b, d in zip(began, done))
+    beside = sum(overlap_with(busy, b, d) for b, d in zip(began, done))
     return PhaseTimeline(sum(segments), max([clock] + done), sum(t.seconds for t in transfers), beside)
 
 
-def overlap_with(starts: list[float], ends: list[float], begin: float, end: float) -> float:
-    """How long [begin, end] shares with the (sorted, disjoint) compute intervals."""
-    total, k = 0.0, max(bisect.bisect_right(ends, begin), 0)
-    while k < len(starts) and starts[k] < end:
-        total += max(0.0, min(end, ends[k]) - max(begin, starts[k]))
-        k += 1
+def overlap_with(busy: list[list[float]], begin: float, end: float) -> float:
+    """How long [begin, end] shares with the (sorted, disjoint) busy intervals."""
+    total = 0.0
+    for lo, hi in busy:
+        if lo >= end:
+            break
+        if hi > begin:
+            total += min(end, hi) - max(begin, lo)
     return total
 
 
