@@ -212,7 +212,7 @@ def test_validate_check_exits_1_when_the_target_is_missed(tmp_path, capsys, chec
     assert main(argv + (["--check"] if check else [])) == status
     err = capsys.readouterr().err
     if check:
-        assert err.startswith("topowise: the accuracy target is missed (step MAE <= 5%, step max <= 10%)")
+        assert err.startswith("topowise: the accuracy target is missed (step MAE <= 5%, step max <= 10%")
     else:
         assert err == ""
 

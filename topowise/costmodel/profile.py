@@ -97,8 +97,9 @@ H200_STEP_FIT = (f"{H200_RUN}: least squares of predicted vs measured step time 
 # The overlaps since the step's phases became timelines (overlap.py): run 10's records fitted again, the
 # overlaps alone, with the GPU rates held at run 10's own fit (0.6027, 11.17: the bench transformer of then)
 H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines of costmodel/overlap.py (overlaps "
-                    "alone, GPU rates held at that run's 0.6027 and 11.17): rms error 2.3%, worst 4.4% over its 10 "
-                    "GPU-bound runs (docs/calibration.md, \"Overlap from structure\")")
+                    "alone, GPU rates held at that run's 0.6027 and 11.17; `python benchmarks/overlap_refit.py`, "
+                    "docs/results/2026-11-30-h200x2/refit4): rms error 2.3%, worst 4.4% over its GPU-bound runs "
+                    "(docs/calibration.md, \"Overlap from structure\")")
 # The bench transformer's GPU rates since its change of 2026-12-02 (gate and up two Linears, complex rotary:
 # faster elementwise kernels, so run10's values over-predicted it by 7-16%): refitted on one H200 (16-core
 # host), torch 2.11, from that model's GPU-bound runs, checked on shapes the fit never saw

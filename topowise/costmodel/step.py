@@ -21,6 +21,14 @@
   cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each weight to bf16 (4+2)
   and its bf16 gradient to fp32 (2+4) into the bucket (4+4): 20 bytes per parameter; FSDP2 copies each
   all-gather's output into the unsharded parameters (2+2 bytes per parameter per gather).
+- the blocks' elementwise traffic (below) is split evenly between forward and backward. Measured, the
+  backward takes more: on one H200 the backward of five Llama shapes (benchmarks/bucket_ready.py) took
+  what this split gives it plus 0.06-0.23 (mean 0.16) of that traffic, and profiler traces of the
+  earlier bench transformer (llama3.2-1b 1 x 8192) split forward / backward 63.6 / 125.3 ms (ddp) and
+  62.7 / 123.3 ms (zero3), where a third in the forward predicts 64.8 / 128.5 and 62.9 / 122.5 and the
+  half 72.1 / 121.2 and 69.7 / 115.7. A third is not taken yet: with it, run 10's overlaps fitted again
+  rank ddp first for qwen2.5-0.5b over PCIe (2 x 4096), measured 5% slower than zero2 in three runs;
+  the term that misses there is not found (docs/calibration.md, "Overlap from structure").
 - optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
   parameter, exp_avg, exp_avg_sq (12): 28 bytes per local parameter (a foreach AdamW would make ~80).
 - communication (comm.py, collectives.py): the forward and the backward are timelines (overlap.py), the
@@ -68,6 +76,7 @@ AUTOCAST_FORWARD_BYTES_PER_PARAM = 6  # of which the forward's: the weight cast
 FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
+ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the forward's (see the docstring)
 
 
 def recompute_flops_per_token(run: Run) -> float:
@@ -135,10 +144,10 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     # activations; its traffic is counted as activation_traffic x the bytes the blocks save for backward
     traffic = profile.compiled_activation_traffic if run.compile else profile.activation_traffic
     act = traffic * activation_bytes_per_token_per_layer(model, autocast=autocast) * tokens * model.num_layers
-    fwd_bytes += act / 2
+    fwd_bytes += act * ELEMENTWISE_FORWARD_SHARE
     copy_bytes += act
     if run.checkpointing == "selective" and run.selective_ac_option == "op":
-        copy_bytes += act / 2  # the cheap ops' forward again, in the backward
+        copy_bytes += act * ELEMENTWISE_FORWARD_SHARE  # the cheap ops' forward again, in the backward
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
