@@ -95,3 +95,50 @@ def test_ddp_buckets_are_as_measured_and_ready_when_measured(record):
     # an untied output layer's gradient is a bucket of its own, ready early; a tied one's is the last
     for first in (predicted[0], measured[0]):
         assert first < 0.12 if not model.tied_embeddings else first > 0.15
+
+
+def cost(op: str, unit: str, seconds: float, count: int = 1, phase: str = "backward"):
+    from topowise.costmodel.comm import CollectiveCost
+
+    return CollectiveCost(op, 1, "bf16", 2, count, "NV", 1.0, seconds * count, phase, unit)
+
+
+def test_fsdp_forward_shows_the_root_and_first_gathers_whole_and_hides_the_rest():
+    model = load_model("llama3.2-1b")  # 16 blocks
+    collectives = [cost("all_gather", "root", 0.003), cost("all_gather", "block", 0.001, 16, "forward")]
+    t = overlap.fsdp_forward(model, collectives, total_s=0.060, head_s=0.012)  # 3 ms per block: gathers hide
+    assert t.structural_s == pytest.approx(0.004)
+    # gathers slower than a block: each block after the first waits for the difference
+    collectives = [cost("all_gather", "root", 0.003), cost("all_gather", "block", 0.005, 16, "forward")]
+    t = overlap.fsdp_forward(model, collectives, total_s=0.060, head_s=0.012)
+    assert t.structural_s == pytest.approx(0.003 + 0.005 + 15 * (0.005 - 0.003))
+
+
+def test_fsdp_backward_regathers_for_zero3_and_ends_with_the_last_reduce_scatters():
+    model = load_model("llama3.2-1b")
+    collectives = [cost("all_gather", "block", 0.001, 16), cost("reduce_scatter", "block", 0.001, 16),
+                   cost("reduce_scatter", "root", 0.004)]
+    zero2 = overlap.fsdp_backward(model, collectives, total_s=0.120, head_s=0.024, regather=False)
+    zero3 = overlap.fsdp_backward(model, collectives, total_s=0.120, head_s=0.024, regather=True)
+    # 6 ms per block hides a gather and a reduce-scatter; block 0's and the root's come after the compute
+    assert zero2.structural_s == pytest.approx(0.001 + 0.004)
+    assert zero3.structural_s == pytest.approx(0.001 + 0.004)
+    assert zero3.comm_s == pytest.approx(zero2.comm_s + 0.016)
+    # comm-bound (gather + reduce-scatter 8 ms against 6 ms of compute per block): the backward stretches
+    slow = [cost("all_gather", "block", 0.004, 16), cost("reduce_scatter", "block", 0.004, 16),
+            cost("reduce_scatter", "root", 0.004)]
+    assert overlap.fsdp_backward(model, slow, 0.120, 0.024, regather=True).structural_s > 15 * 0.002
+
+
+def test_ddp_backward_sends_its_buckets_after_they_are_made():
+    tied, untied = load_model("llama3.2-1b"), load_model(str(ROOT / "benchmarks" / "configs" / "llama-0.95b.json"))
+    for model in (tied, untied):
+        buckets = overlap.ddp_segments(model, 8192, 0.1, 0.02)[1]
+        collectives = [cost("all_reduce", "bucket", 0.05 / (len(buckets) - 1), len(buckets) - 1),
+                       cost("all_reduce", "bucket", 0.01, 1, "backward-last")]
+        t = overlap.ddp_backward(model, 8192, collectives, total_s=0.1, head_s=0.02)
+        # the last bucket (the embedding) is made by the step's last op: it is exposed whole, and so is
+        # the bucket closed by block 0's last tensors; the rest (50 ms in all) fits in the 80 ms of blocks
+        largest = max(0.05 * b / sum(b for b, _ in buckets[:-1]) for b, _ in buckets[:-1])
+        assert 0.01 < t.structural_s <= 0.01 + largest
+        assert t.structural_s + t.beside_s == pytest.approx(t.comm_s)  # one lane: what is not beside is after
