@@ -7,7 +7,7 @@ network: tokens/s (total and per GPU), the share of the step spent waiting on th
 strategy (plan) or the asked one (predict), and, with prices, the cost per million tokens.
 
 "Waiting on the network" is the exposed communication of the collectives that cross nodes. The cost
-model exposes communication per phase (costmodel/step.py): what runs before any compute or after the
+model exposes communication per phase (costmodel/overlap.py): what runs before any compute or after the
 last gradient is exposed whole; what hides behind a phase's compute leaves an exposed remainder,
 shared here among that phase's hideable collectives in proportion to their time (they queue on one
 communication stream, so each is a share of what is not hidden).
