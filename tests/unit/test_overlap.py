@@ -1,6 +1,6 @@
 """The step's phases as timelines (costmodel/overlap.py): the laying out itself, and DDP's buckets
 against the ready times measured on one H200 (benchmarks/bucket_ready.py, docs/results/2026-12-02-h200x1/
-session2)."""
+timelines)."""
 
 import json
 from pathlib import Path
@@ -17,7 +17,7 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED = ROOT / "docs" / "results" / "2026-12-02-h200x1" / "session2"
+MEASURED = ROOT / "docs" / "results" / "2026-12-02-h200x1" / "timelines"
 T = overlap.Transfer
 
 

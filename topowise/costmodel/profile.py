@@ -124,9 +124,9 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # HBM-equivalent bytes of the elementwise work per saved byte, compiled: fitted against what compiling
 # saved beside each eager twin. The bench transformer of 2026-12-02 (gate and up two Linears, complex
 # rotary) saves less by compiling: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3 179.9 ->
-# 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/session2/run8);
+# 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/run8);
 # rms error 0.5%. (The earlier transformer: 6.09, from 186.4 -> 167.4, 183.4 -> 165.2, 185.3 -> 168.7 ms.)
-COMPILED_TRAFFIC_WHERE = "bench train --compile on one H200 (docs/results/2026-12-02-h200x1/session2/run8/compiled)"
+COMPILED_TRAFFIC_WHERE = "bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled)"
 COMPILED_ACTIVATION_TRAFFIC = 8.0433
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
