@@ -196,8 +196,7 @@ def grad_tensors_in_ready_order(model: ModelSpec) -> tuple[int, ...]:
     h, v = model.hidden_size, model.vocab_size
     out = [] if model.tied_embeddings else [v * h]
     out += [h, h] if model.family == "gpt2" else [h]
-    for _ in range(model.num_layers):
-        out += block_tensors(model)
+    out += block_tensors(model) * model.num_layers
     if model.max_positions:
         out.append(model.max_positions * h)
     out.append(v * h)
@@ -205,21 +204,26 @@ def grad_tensors_in_ready_order(model: ModelSpec) -> tuple[int, ...]:
     return tuple(out)  # cached (a planner predicts one model thousands of times): not to be changed
 
 
-@functools.lru_cache(maxsize=256)
-def ddp_bucket_ends(model: ModelSpec, bytes_per_param: int = 4) -> tuple[tuple[int, int], ...]:
-    """(bytes, index of its last tensor in grad_tensors_in_ready_order) of each bucket, in all-reduce order,
-    as DDP's `_compute_bucket_assignment_by_size` fills them: add tensors until the bucket reaches its
-    limit (1 MiB for the first, 25 MiB after)."""
+def fill_ddp_buckets(numels, bytes_per_param: int = 4) -> tuple[tuple[int, int], ...]:
+    """(bytes, index of its last tensor) of each bucket over tensors given in gradient-ready order, in
+    all-reduce order, as DDP's `_compute_bucket_assignment_by_size` fills them: add tensors until the
+    bucket reaches its limit (1 MiB for the first, 25 MiB after; a tensor never splits)."""
     buckets, current, limit = [], 0, DDP_FIRST_BUCKET_BYTES
-    tensors = grad_tensors_in_ready_order(model)
-    for k, numel in enumerate(tensors):
+    k = -1
+    for k, numel in enumerate(numels):
         current += numel * bytes_per_param
         if current >= limit:
             buckets.append((current, k))
             current, limit = 0, DDP_BUCKET_BYTES
     if current:
-        buckets.append((current, len(tensors) - 1))
+        buckets.append((current, k))
     return tuple(buckets)
+
+
+@functools.lru_cache(maxsize=256)
+def ddp_bucket_ends(model: ModelSpec, bytes_per_param: int = 4) -> tuple[tuple[int, int], ...]:
+    """DDP's buckets over the model's tensors (fill_ddp_buckets of grad_tensors_in_ready_order)."""
+    return fill_ddp_buckets(grad_tensors_in_ready_order(model), bytes_per_param)
 
 
 def ddp_buckets(model: ModelSpec, bytes_per_param: int = 4) -> list[int]:

@@ -151,8 +151,7 @@ def ddp_segments(model: ModelSpec, seq_len: int, total_s: float, head_s: float,
     work = [w for _, w in pieces]
     work[0] += extra_flops_per_block  # a checkpointed block runs its forward again before its first gradient
     head = len(tensors) - model.num_layers * len(pieces) - (2 if model.max_positions else 1)
-    head_s = min(head_s, total_s)
-    block_s = (total_s - head_s) / model.num_layers
+    head_s, block_s = split_blocks(total_s, head_s, model.num_layers)[:2]
     per_tensor = [0.0] * head + [block_s * w / sum(work) for w in work] * model.num_layers
     per_tensor += [0.0] * (len(tensors) - len(per_tensor))  # the embeddings: a lookup's backward, ~0
     # tensor k is made at the end of segment k + 1 (segment 0 is the head)

@@ -145,14 +145,7 @@ def ddp_collectives(run: Run, topology, profile: Profile) -> tuple:
     """DDP's buckets (bucket_cap_mb=25, first 1 MiB) over the model's real parameter tensors in the order
     backward finishes them (the reverse of registration), all-reduced in fp32; zero1's broadcasts after."""
     group = tuple(sorted(run.gpus))
-    buckets, current, limit = [], 0, comm_mod.DDP_FIRST_BUCKET_BYTES
-    for numel in reversed(run.model.tensors):
-        current += 4 * numel
-        if current >= limit:
-            buckets.append(current)
-            current, limit = 0, comm_mod.DDP_BUCKET_BYTES
-    if current:
-        buckets.append(current)
+    buckets = [b for b, _ in comm_mod.fill_ddp_buckets(reversed(run.model.tensors))]
     out = []
     if len(buckets) > 1:
         rest = buckets[:-1]
