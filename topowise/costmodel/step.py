@@ -27,8 +27,9 @@
   earlier bench transformer (llama3.2-1b 1 x 8192) split forward / backward 63.6 / 125.3 ms (ddp) and
   62.7 / 123.3 ms (zero3), where a third in the forward predicts 64.8 / 128.5 and 62.9 / 122.5 and the
   half 72.1 / 121.2 and 69.7 / 115.7. A third is not taken yet: with it, run 10's overlaps fitted again
-  rank ddp first for qwen2.5-0.5b over PCIe (2 x 4096), measured 5% slower than zero2 in three runs;
-  the term that misses there is not found (docs/calibration.md, "Overlap from structure").
+  rank ddp first for qwen2.5-0.5b over PCIe (2 x 4096), measured 5% slower than zero2 in three runs:
+  zero2's forward falls further below the host's time to issue it, so the miss sits in the host term
+  at a host-near shape (docs/calibration.md, "Overlap from structure").
 - optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
   parameter, exp_avg, exp_avg_sq (12): 28 bytes per local parameter (a foreach AdamW would make ~80).
 - communication (comm.py, collectives.py): the forward and the backward are timelines (overlap.py), the
