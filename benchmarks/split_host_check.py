@@ -10,9 +10,9 @@ third, measured on one H200) and two ways of combining the host with the GPU:
              max over k of (host of phases < k + GPU of phases >= k), the pipeline bound;
 the overlaps are fitted again from run 10's and run 16's calibration records (benchmarks/overlap_refit.py,
 GPU rates held), and every validation record of runs 4-17 is replayed: step-time error of the cases
-predicted GPU-bound and of those predicted host-bound (with whether the measurement lies inside the
-host's predicted range), and the groups whose predicted-first strategy measured more than 3% slower
-than the fastest.
+predicted GPU-bound and of those predicted host-bound (the model's flag: some phase waits for the host,
+the same cases under both forms; with whether the measurement lies inside the range Profile.host_spread
+gives), and the groups whose predicted-first strategy measured more than 3% slower than the fastest.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def replay(profile, combine, spread: float) -> dict:
             host, gpu = [p.host_s for p in phases], [p.gpu_s for p in phases]
             step, low, high = (combine(host, gpu, s) for s in (1.0, 1 - spread, 1 + spread))
             error = step / r["step_time_s"] - 1
-            if low == high:
+            if per_phase(host, gpu) <= sum(gpu):  # host-bound as the model flags it (its host wait), either form
                 gpu_bound.append(error)
             else:
                 host_bound.append(error)
