@@ -164,13 +164,14 @@ def achieved_gbps(op: str, n: int, line_gbps: float, link: str, profile: Profile
 
 
 # --- what PyTorch holds and sends --------------------------------------------------------------
-def block_backward(model: ModelSpec, seq_len: int) -> list[tuple[int, float]]:
+def block_backward(model: ModelSpec, seq_len: int, attention_scale: float = 1.0) -> list[tuple[int, float]]:
     """(elements, backward FLOPs per token) of each parameter tensor of one block, in the order backward
     makes their gradients: a matrix's input and weight gradients (4 x its elements), the attention's
-    backward (flash, causal) before the fused qkv whose gradient needs it; norms and biases ~0."""
+    backward (flash, causal; x `attention_scale`, its time per FLOP over the matmuls') before the fused
+    qkv whose gradient needs it; norms and biases ~0."""
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
-    attention = FLASH_BACKWARD_SHARE * attention_flops_per_token(model, seq_len) / model.num_layers
+    attention = attention_scale * FLASH_BACKWARD_SHARE * attention_flops_per_token(model, seq_len) / model.num_layers
     if model.family == "gpt2":  # c_proj, c_fc, ln_2, attn.c_proj, c_attn, ln_1 (weights and biases)
         sizes = [i * h, h, h * i, i, h, h, h * h, h, h * 3 * h, 3 * h, h, h]
         qkv = 8

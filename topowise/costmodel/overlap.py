@@ -130,9 +130,10 @@ def per_call(collectives, op: str, unit: str) -> float:
 
 
 def ddp_backward(model: ModelSpec, seq_len: int, collectives, total_s: float, head_s: float,
-                 extra_flops_per_block: float = 0.0) -> PhaseTimeline:
-    """DDP's backward: each bucket's all-reduce issued when its last gradient is made, one at a time."""
-    segments, buckets = ddp_segments(model, seq_len, total_s, head_s, extra_flops_per_block)
+                 extra_flops_per_block: float = 0.0, attention_scale: float = 1.0) -> PhaseTimeline:
+    """DDP's backward: each bucket's all-reduce issued when its last gradient is made, one at a time.
+    `attention_scale`: the attention's time per FLOP over the matmuls' (comm.block_backward)."""
+    segments, buckets = ddp_segments(model, seq_len, total_s, head_s, extra_flops_per_block, attention_scale)
     rest = next((c.time_s for c in collectives if c.unit == "bucket" and c.phase == BACKWARD), 0.0)
     last = next((c.time_s for c in collectives if c.unit == "bucket" and c.phase == BACKWARD_LAST), 0.0)
     rest_bytes = sum(b for b, _ in buckets[:-1]) or 1
@@ -142,12 +143,12 @@ def ddp_backward(model: ModelSpec, seq_len: int, collectives, total_s: float, he
     return run_phase(segments, transfers)
 
 
-def ddp_segments(model: ModelSpec, seq_len: int, total_s: float, head_s: float,
-                 extra_flops_per_block: float = 0.0) -> tuple[list[float], list[tuple[int, int]]]:
+def ddp_segments(model: ModelSpec, seq_len: int, total_s: float, head_s: float, extra_flops_per_block: float = 0.0,
+                 attention_scale: float = 1.0) -> tuple[list[float], list[tuple[int, int]]]:
     """DDP's backward as segments (the head, then one per parameter tensor in the order its gradient is
     made) and its buckets as (bytes, the segment at whose end the bucket is ready)."""
     tensors = grad_tensors_in_ready_order(model)
-    pieces = block_backward(model, seq_len)
+    pieces = block_backward(model, seq_len, attention_scale)
     work = [w for _, w in pieces]
     work[0] += extra_flops_per_block  # a checkpointed block runs its forward again before its first gradient
     head = len(tensors) - model.num_layers * len(pieces) - (2 if model.max_positions else 1)

@@ -104,10 +104,26 @@ H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines 
 # faster elementwise kernels, so run10's values over-predicted it by 7-16%): refitted on one H200 (16-core
 # host), torch 2.11, from that model's GPU-bound runs, checked on shapes the fit never saw
 # (docs/results/2026-12-02-h200x1/model-change; `python benchmarks/compile_accuracy.py --dir ... --fit-eager`).
+# Since the attention term (2026-12-02 07:00 UTC) the same fit prices the matmuls alone, attention at its
+# measured rate: 0.6612 and 10.03 were the fit with one rate for all FLOPs.
 H200_MODEL_FIT = ("bench train on one H200 (docs/results/2026-12-02-h200x1/model-change/fit): least squares of "
                   "predicted vs measured step time over the GPU-bound, steady runs (llama3.2-1b 1 x 8192 ddp and "
-                  "zero2, qwen2.5-0.5b 1 x 8192 ddp), rms error 1.1%, worst 1.5%; on 6 GPU-bound held-out runs "
-                  "(0.95B, 2.46B GQA, llama3.2-3b) mean 4.2%, worst 6.5%")
+                  "zero2, qwen2.5-0.5b 1 x 8192 ddp), the causal attention at its measured rate "
+                  "(attention_efficiency), rms error 0.9%, worst 1.1%; on 14 GPU-bound held-out runs (0.95B, "
+                  "2.46B GQA, llama3.2-3b; 16k and 32k tokens) mean 3.2%, worst 10.0% "
+                  "(`python benchmarks/attention_accuracy.py`, docs/results/2026-12-02-h200x1/kernels/accuracy)")
+# Causal flash attention (F.scaled_dot_product_attention, cuDNN's kernel first) runs slower than the
+# matmuls and faster at longer sequences: timed alone on one H200 at the bench transformer's shapes
+# (benchmarks/kernel_rates.py), the FLOPs flops.py counts for it (7 L H Q T per token) ran at
+# peak x e x T / (T + T0): e by head dim, T0 one offset for all (a per-row cost, as if each
+# sequence were T0 tokens longer). Least squares of the relative time error over six models x six
+# sequences, T0 shared (`python benchmarks/kernel_rates.py --fit FILE`): rms 3.7%, worst 8%.
+ATTENTION_EFFICIENCY: dict[str, float] = {"64": 0.448, "128": 0.593}
+ATTENTION_SEQ_OFFSET = 900.0
+ATTENTION_WHERE = ("benchmarks/kernel_rates.py on one H200, torch 2.11, cuDNN 9.19, 2026-12-02 06:55 UTC "
+                   "(docs/results/2026-12-02-h200x1/kernels/run16): the causal attention's forward and backward "
+                   "alone, GPU kernel time from the profiler, sequences 1024-32768; head dim 64: llama3.2-1b, "
+                   "qwen2.5-0.5b, the 0.37B config; 128: llama3.2-3b, the 0.95B and 2.46B GQA configs")
 # host seconds per block, forward / backward / optimizer: bench train's host phase times of qwen2.5-0.5b
 # and llama3.2-1b at 128 tokens (GPU-bound share under half the step), median per block of the two
 HOST_S_PER_LAYER: dict[str, float] = {
@@ -126,8 +142,9 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # rotary) saves less by compiling: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3 179.9 ->
 # 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/run8);
 # rms error 0.5%. (The earlier transformer: 6.09, from 186.4 -> 167.4, 183.4 -> 165.2, 185.3 -> 168.7 ms.)
-COMPILED_TRAFFIC_WHERE = "bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled)"
-COMPILED_ACTIVATION_TRAFFIC = 8.0433
+COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
+                          "against the eager rates of the attention term's fit")
+COMPILED_ACTIVATION_TRAFFIC = 5.7578
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
 # ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
@@ -208,6 +225,9 @@ _SOURCES = {
                                  "(llama3.2-1b ddp/zero2/zero3, qwen2.5-0.5b ddp/zero3) of bench train's host "
                                  "seconds in the phase per block; measured on another host than the eager terms")
        for k in COMPILED_HOST_S_PER_LAYER},
+    **{f"attention_efficiency.{k}": f"{ATTENTION_WHERE}: head dim {k}, e of rate = peak e T / (T + T0)"
+       for k in ATTENTION_EFFICIENCY},
+    "attention_seq_offset": f"{ATTENTION_WHERE}: T0 of the same fit, tokens, one for both head dims",
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -217,7 +237,12 @@ _SOURCES = {
 class Profile:
     """Tunable parameters; `sources[name]` says where each value came from."""
 
-    compute_efficiency: float = 0.6612  # achieved / datasheet bf16 peak, on hardware FLOPs
+    compute_efficiency: float = 0.7131  # achieved / datasheet bf16 peak: the matmuls (all FLOPs if no attention term)
+    # the causal attention's achieved fraction of the peak by head dim ("64" -> e), at sequence T times
+    # T / (T + attention_seq_offset); empty: attention runs at compute_efficiency like the matmuls (the
+    # form of profiles fitted before the attention term)
+    attention_efficiency: dict = field(default_factory=lambda: dict(ATTENTION_EFFICIENCY))
+    attention_seq_offset: float = ATTENTION_SEQ_OFFSET
     hbm_efficiency: float = 0.7348  # achieved / datasheet HBM bandwidth of the memory-bound passes
     comm_efficiency: dict = field(default_factory=lambda: dict(_EFF))  # "NV/all_reduce" -> busbw / line
     latency_s: dict = field(default_factory=lambda: dict(_LAT))  # "NV/all_reduce" -> alpha seconds
@@ -229,7 +254,7 @@ class Profile:
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
     # HBM-equivalent bytes of the elementwise work inside the blocks per byte they save for backward
-    activation_traffic: float = 10.03
+    activation_traffic: float = 7.746
     # the same with every block compiled (torch.compile): Inductor fuses the elementwise work
     compiled_activation_traffic: float = COMPILED_ACTIVATION_TRAFFIC
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
@@ -265,6 +290,19 @@ class Profile:
                 return float(value)
         return 0.0
 
+    def attention_rate(self, head_dim: int, seq_len: int, peak: float) -> float | None:
+        """FLOP/s of the causal attention's counted FLOPs (flops.py) at this head dim and sequence: the
+        measured efficiency of the nearest head dims, linear between them and held beyond; None without
+        an attention term (attention then runs at compute_efficiency)."""
+        if not self.attention_efficiency:
+            return None
+        points = sorted((int(k), float(v)) for k, v in self.attention_efficiency.items())
+        below = [p for p in points if p[0] <= head_dim] or points[:1]
+        above = [p for p in points if p[0] >= head_dim] or points[-1:]
+        (d0, e0), (d1, e1) = below[-1], above[0]
+        e = e0 if d1 == d0 else e0 + (e1 - e0) * (head_dim - d0) / (d1 - d0)
+        return peak * e * seq_len / (seq_len + self.attention_seq_offset)
+
     def comm(self, link: str, op: str) -> tuple[float, float]:
         """(achieved fraction of line rate, latency seconds) for an op on a link class."""
         key = f"{link}/{op}"
@@ -285,10 +323,14 @@ class Profile:
             raise UsageError(f"{where}: unknown profile field(s) {', '.join(unknown)}; "
                              f"known: {', '.join(sorted(known))}")
         base = cls()
+        if "compute_efficiency" in data and "attention_efficiency" not in data:
+            base = replace(base, attention_efficiency={})  # fitted with one rate for all FLOPs: read so
         values = {}
         for name in known & set(data):
             default = getattr(base, name)
-            if isinstance(default, dict):
+            if name == "attention_efficiency":  # one measured set, taken whole ({}: one rate for all FLOPs)
+                values[name] = {str(k): float(v) for k, v in data[name].items()}
+            elif isinstance(default, dict):
                 values[name] = dict(default, **data[name])  # a partial profile keeps the other defaults
             elif isinstance(default, bool):
                 if not isinstance(data[name], bool):

@@ -2,9 +2,11 @@
 
     step_time = compute + memory-bound work + optimizer step + exposed communication
 
-- compute: hardware FLOPs per token (flops.py) x tokens per GPU / (datasheet bf16 peak x
-  Profile.compute_efficiency). Forward is a third of the model FLOPs, backward the rest plus what
-  checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every block, selective
+- compute: the matmuls' hardware FLOPs per token (flops.py, 6 N) x tokens per GPU / (datasheet bf16 peak x
+  Profile.compute_efficiency), and the causal attention's (7 L H Q T) at Profile.attention_rate, measured
+  apart: slower than the matmuls and faster at longer sequences (one rate for both when the profile
+  has no attention term). Forward is a third of the matmul FLOPs and 2 of attention's 7, backward the
+  rest plus what checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every block, selective
   every k-th block's forward, per-op selective the matmuls it does not keep whose output the backward
   needs again (every second matmul: the attention output projection, and in the Llama block up).
   Per-op selective also reruns the blocks' cheap ops: their forward's share of the elementwise
@@ -53,10 +55,10 @@ from topowise import hardware
 from topowise.costmodel import comm as comm_mod
 from topowise.costmodel.collectives import strategy_collectives
 from topowise.costmodel.flops import (
+    FLASH_BACKWARD_SHARE,
     FLASH_FORWARD_SHARE,
     attention_flops_per_token,
-    hardware_flops_per_token,
-    hardware_forward_flops_per_token,
+    flops_params,
     training_flops_per_token,
 )
 from topowise.costmodel.memory import (
@@ -95,6 +97,15 @@ def recompute_flops_per_token(run: Run) -> float:
     return checkpointed_blocks(run) * block
 
 
+def recompute_attention_flops_per_token(run: Run) -> float:
+    """Of recompute_flops_per_token, the attention's: a causal flash forward per block recomputed whole
+    (per-op selective keeps the attention's output: nothing)."""
+    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+        return 0.0
+    return checkpointed_blocks(run) * FLASH_FORWARD_SHARE * attention_flops_per_token(run.model, run.seq_len) \
+        / run.model.num_layers
+
+
 def head_seconds(model, tokens: int, rate: float, hbm: float) -> tuple[float, float]:
     """(forward, backward) seconds of the output layer's matmuls and the fp32 loss over the vocabulary:
     the forward's last work and the backward's first, before any block's gradient exists."""
@@ -124,10 +135,16 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     model, tokens, autocast = run.model, run.tokens, run.spec.autocast
     peak = peak_flops(topology, profile)
     rate = peak * profile.compute_efficiency
+    # the causal attention at its own measured rate (Profile.attention_rate), the matmuls at `rate`
+    attention_rate = profile.attention_rate(model.head_dim, run.seq_len, peak) or rate
     model_flops = training_flops_per_token(model, run.seq_len) * tokens
-    compute_s = (hardware_flops_per_token(model, run.seq_len) + recompute_flops_per_token(run)) * tokens / rate
-    forward_s = hardware_forward_flops_per_token(model, run.seq_len) * tokens / rate
-    backward_s = compute_s - forward_s
+    attention, matmul = attention_flops_per_token(model, run.seq_len), 2.0 * flops_params(model)
+    recompute_attention = recompute_attention_flops_per_token(run)
+    recompute_matmul = recompute_flops_per_token(run) - recompute_attention
+    forward_s = (matmul / rate + FLASH_FORWARD_SHARE * attention / attention_rate) * tokens
+    backward_s = ((2 * matmul + recompute_matmul) / rate
+                  + (FLASH_BACKWARD_SHARE * attention + recompute_attention) / attention_rate) * tokens
+    compute_s = forward_s + backward_s
 
     # memory-bound passes (forward, backward bytes) and the optimizer step
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
@@ -160,8 +177,10 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     fwd_total, bwd_total = forward_s + fwd_bytes / hbm, backward_s + (copy_bytes - fwd_bytes) / hbm
     if run.spec.autocast:  # DDP's family: nothing to send in the forward
         fwd_exposed = 0.0
+        scale = rate / attention_rate  # attention's FLOPs in matmul-equivalents, for the timeline's shares
         bwd_exposed = ddp_backward(model, run.seq_len, collectives, bwd_total, bwd_head,
-                                   recompute_flops_per_token(run) / model.num_layers).exposed(overlap)
+                                   (recompute_matmul + scale * recompute_attention) / model.num_layers,
+                                   attention_scale=scale).exposed(overlap)
     else:
         fwd_exposed = fsdp_forward(model, collectives, fwd_total, fwd_head).exposed(overlap)
         bwd_exposed = fsdp_backward(model, collectives, bwd_total, bwd_head,

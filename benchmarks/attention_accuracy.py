@@ -1,0 +1,89 @@
+"""One H200's runs predicted with attention at its own measured rate and with one rate for all FLOPs.
+
+    python benchmarks/attention_accuracy.py [--out docs/results/2026-12-02-h200x1/kernels/accuracy]
+
+The records: the step-time fit's runs (docs/results/2026-12-02-h200x1/model-change/fit: llama3.2-1b and
+qwen2.5-0.5b at 1 x 8192, and their 128-token floors), the compiled twins the compiled traffic is fitted
+from (timelines/run8/compiled), and runs no fit saw: model-change/heldout (the 0.95B, 2.46B GQA and
+llama3.2-3b shapes), timelines/run9/heldout (eager and compiled twins of the 0.95B and 2.46B configs) and
+kernels/run16/long.jsonl (16k and 32k tokens). Two profiles: the default (matmuls at compute_efficiency,
+the causal attention at Profile.attention_rate, both eager traffic terms fitted with it) and the one of
+before the attention term (one rate for all FLOPs, 0.6612, traffic 10.03, compiled 8.0433: each fitted
+from the same records in that form). Runs predicted host-bound, and runs whose timed steps spread over
+5% (as calibrate leaves them out), are not in the tables. Writes OUT/accuracy.md (every run, both
+predictions) and prints the summary last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from topowise.calibrate.fit import UNSTEADY_SPREAD, observations_from, predictor  # noqa: E402
+from topowise.costmodel.profile import default_profile  # noqa: E402
+from topowise.measure.records import read_records  # noqa: E402
+from topowise.topology import load_topology  # noqa: E402
+
+H200 = ROOT / "docs" / "results" / "2026-12-02-h200x1"
+SETS = {"fit": [H200 / "model-change/fit/train.jsonl", H200 / "model-change/fit/train-1b.jsonl",
+                H200 / "model-change/fit/train-compiled.jsonl", H200 / "timelines/run8/compiled/train.jsonl"],
+        "held out": [H200 / "model-change/heldout/train.jsonl", H200 / "model-change/heldout/train-0.95b.jsonl",
+                     H200 / "model-change/heldout/train-compiled.jsonl", H200 / "timelines/run9/heldout/train.jsonl",
+                     H200 / "kernels/run16/long.jsonl"]}
+# the default profile's GPU terms before the attention term, fitted in that form from the same records
+ONE_RATE = {"compute_efficiency": 0.6612, "activation_traffic": 10.03, "compiled_activation_traffic": 8.0433,
+            "attention_efficiency": {}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(H200 / "kernels" / "accuracy"))
+    out = Path(parser.parse_args().out)
+    out.mkdir(parents=True, exist_ok=True)
+    predict_one = predictor(load_topology("h200-x2"))  # one GPU of it: the records ran on one H200
+    profiles = {"attention term": default_profile(), "one rate": replace(default_profile(), **ONE_RATE)}
+    rows = ["| set | model | mb x seq | strategy | mode | measured ms | attention term: predicted, error | "
+            "one rate: predicted, error |", "|---|---|---|---|---|---|---|---|"]
+    errors: dict = {}
+    unsteady: list[str] = []
+    for part, files in SETS.items():
+        records = [r for f in files for r in read_records(f, kind="train")]
+        for o in observations_from(records):
+            preds = {name: predict_one(p, o) for name, p in profiles.items()}
+            if any(p.host_bound for p in preds.values()):
+                continue  # the host sets these steps: not what the attention term is about
+            if (o.step_spread or 0.0) > UNSTEADY_SPREAD:
+                unsteady.append(f"{o.case.label} (spread {100 * o.step_spread:.0f}%)")
+                continue  # drifted inside its launch, as calibrate leaves such runs out
+            cells = []
+            for name, p in preds.items():
+                e = p.step_time_s / o.step_time_s - 1
+                errors.setdefault((part, o.compile, name), []).append(e)
+                cells.append(f"{1e3 * p.step_time_s:.1f}, {100 * e:+.1f}%")
+            mode = ("compiled" if o.compile else "eager") + (" full" if o.activation_checkpointing else "")
+            rows.append(f"| {part} | {o.model.split('/')[-1]} | {o.micro_batch}x{o.seq_len} | {o.strategy} | {mode} | "
+                        f"{1e3 * o.step_time_s:.1f} | {cells[0]} | {cells[1]} |")
+    summary = ["| set | mode | GPU-bound runs | attention term: mean / worst | one rate: mean / worst |",
+               "|---|---|---|---|---|"]
+    for part in SETS:
+        for compiled in (False, True):
+            a, b = errors.get((part, compiled, "attention term")), errors.get((part, compiled, "one rate"))
+            if not a:
+                continue
+            fmt = lambda e: f"{100 * statistics.mean(map(abs, e)):.1f}% / {100 * max(map(abs, e)):.1f}%"
+            summary.append(f"| {part} | {'compiled' if compiled else 'eager'} | {len(a)} | {fmt(a)} | {fmt(b)} |")
+    summary.append(f"\nLeft out, timed steps spread over {100 * UNSTEADY_SPREAD:.0f}%: {', '.join(unsteady) or 'none'}")
+    text = "\n".join(rows + [""] + summary) + "\n"
+    (out / "accuracy.md").write_text(text)
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The causal attention at its own measured rate (Profile.attention_rate, step.py's compute)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from topowise.calibrate.fit import observations_from, predictor
+from topowise.costmodel.comm import block_backward
+from topowise.costmodel.flops import (
+    FLASH_BACKWARD_SHARE,
+    FLASH_FORWARD_SHARE,
+    attention_flops_per_token,
+    flops_params,
+    hardware_flops_per_token,
+)
+from topowise.costmodel.predict import predict
+from topowise.costmodel.profile import ATTENTION_EFFICIENCY, ATTENTION_SEQ_OFFSET, Profile, default_profile
+from topowise.measure.records import read_records
+from topowise.models.spec import load_model
+from topowise.run import Run
+from topowise.topology.presets import load_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "docs" / "results" / "2026-12-02-h200x1" / "kernels" / "run16"
+H200X2 = load_preset("h200-x2")
+PEAK = 989e12
+
+
+def test_rate_by_head_dim_and_sequence():
+    p = default_profile()
+    e64, e128 = ATTENTION_EFFICIENCY["64"], ATTENTION_EFFICIENCY["128"]
+    t0 = ATTENTION_SEQ_OFFSET
+    assert p.attention_rate(64, 8192, PEAK) == pytest.approx(PEAK * e64 * 8192 / (8192 + t0))
+    assert p.attention_rate(96, 4096, PEAK) == pytest.approx(PEAK * (e64 + e128) / 2 * 4096 / (4096 + t0))
+    assert p.attention_rate(256, 1024, PEAK) == pytest.approx(PEAK * e128 * 1024 / (1024 + t0))  # held beyond
+    assert p.attention_rate(32, 1024, PEAK) == pytest.approx(PEAK * e64 * 1024 / (1024 + t0))
+    assert p.attention_rate(64, 32768, PEAK) > p.attention_rate(64, 1024, PEAK)  # longer runs nearer e
+    assert replace(p, attention_efficiency={}).attention_rate(64, 8192, PEAK) is None
+
+
+def test_a_profile_fitted_with_one_rate_is_read_with_one_rate():
+    old = Profile.from_dict({"format": "topowise.profile", "compute_efficiency": 0.6027})
+    assert old.attention_efficiency == {}
+    explicit = Profile.from_dict({"format": "topowise.profile", "compute_efficiency": 0.7,
+                                  "attention_efficiency": {}})
+    assert explicit.attention_efficiency == {}
+    own = Profile.from_dict({"format": "topowise.profile", "compute_efficiency": 0.7,
+                             "attention_efficiency": {"128": 0.5}})
+    assert own.attention_efficiency == {"128": 0.5}  # one measured set, taken whole
+    partial = Profile.from_dict({"format": "topowise.profile", "overlap": {"ddp": 0.5}})
+    assert partial.attention_efficiency == ATTENTION_EFFICIENCY  # no rate given: the defaults' form
+    assert Profile.from_dict(default_profile().to_dict()) == default_profile()
+
+
+def test_compute_prices_matmuls_and_attention_apart():
+    model = load_model("llama3.2-1b")
+    run = Run(model=model, gpus=(0,), strategy="ddp", micro_batch=1, seq_len=8192)
+    p = default_profile()
+    t = predict(run, H200X2, p).time
+    rate, attention_rate = PEAK * p.compute_efficiency, p.attention_rate(model.head_dim, 8192, PEAK)
+    attention = attention_flops_per_token(model, 8192)
+    assert t.forward_s == pytest.approx((2 * flops_params(model) / rate
+                                         + FLASH_FORWARD_SHARE * attention / attention_rate) * 8192)
+    assert t.compute_s == pytest.approx((6 * flops_params(model) / rate
+                                         + (FLASH_FORWARD_SHARE + FLASH_BACKWARD_SHARE) * attention / attention_rate)
+                                        * 8192)
+    one = predict(run, H200X2, replace(p, attention_efficiency={})).time  # one rate: as before the term
+    assert one.compute_s == pytest.approx(hardware_flops_per_token(model, 8192) * 8192 / rate)
+
+
+def test_full_checkpointing_recomputes_attention_at_its_rate():
+    model = load_model("llama3.2-1b")
+    p = default_profile()
+    plain = Run(model=model, gpus=(0,), strategy="ddp", micro_batch=1, seq_len=32768)
+    full = replace(plain, activation_checkpointing=True)
+    extra = predict(full, H200X2, p).time.compute_s - predict(plain, H200X2, p).time.compute_s
+    attention = FLASH_FORWARD_SHARE * attention_flops_per_token(model, 32768)
+    expected = (2 * model.num_layers * model.layer_params / (PEAK * p.compute_efficiency)
+                + attention / p.attention_rate(model.head_dim, 32768, PEAK)) * 32768
+    assert extra == pytest.approx(expected)
+
+
+def test_ddp_timeline_weighs_attention_by_its_time():
+    model = load_model("llama3.2-1b")
+    one, slow = block_backward(model, 8192), block_backward(model, 8192, attention_scale=2.0)
+    attention = FLASH_BACKWARD_SHARE * attention_flops_per_token(model, 8192) / model.num_layers
+    assert sum(w for _, w in slow) - sum(w for _, w in one) == pytest.approx(attention)
+    assert [n for n, _ in slow] == [n for n, _ in one]
+
+
+def test_long_sequences_need_the_attention_term():
+    """bench train on one H200 at 16k and 32k tokens (run16/long.jsonl): the default profile within 4%;
+    one rate for all FLOPs (the profile's form before the term) leaves the 32k case over 10% short."""
+    obs = observations_from(read_records(KERNELS / "long.jsonl", kind="train"))
+    assert len(obs) == 5
+    predict_one = predictor(H200X2)
+    one_rate = replace(default_profile(), compute_efficiency=0.6612, activation_traffic=10.03,
+                       attention_efficiency={})
+    for o in obs:
+        assert predict_one(default_profile(), o).step_time_s == pytest.approx(o.step_time_s, rel=0.04), o.case.label
+    longest = max(obs, key=lambda o: o.seq_len)
+    assert predict_one(one_rate, longest).step_time_s < 0.9 * longest.step_time_s
+
+
+def test_defaults_are_the_fit_of_the_recorded_kernels():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    kernel_rates = pytest.importorskip("kernel_rates")
+    rows = [json.loads(line) for line in (KERNELS / "kr" / "kernel_rates.jsonl").read_text().splitlines() if line]
+    offset, effs, rms = kernel_rates.fit_attention(rows)
+    assert offset == ATTENTION_SEQ_OFFSET
+    assert {str(d): round(e, 3) for d, e in effs.items()} == ATTENTION_EFFICIENCY
+    assert rms < 0.05
