@@ -15,7 +15,7 @@ count, does not). Per model and
 shape it writes one JSON line to DIR/kernel_rates.jsonl: every kernel's seconds and FLOPs (attention's
 counted as topowise.costmodel.flops counts the flash kernel's work: causal, QK^T recomputed in backward),
 and the totals of one step's matmul and attention work; with --blocks also one whole block's forward and
-backward as DDP's step runs it (fp32 weights under autocast),
+backward as DDP's step runs it (fp32 weights under autocast) and as FSDP2's (bf16 weights), kernel by kernel,
 whose excess over its GEMMs and attention is the elementwise work. Prints a table last. Exit status 2 on
 bad input.
 """
@@ -73,9 +73,10 @@ def attention_seconds(batch: int, seq: int, heads: int, kv_heads: int, head_dim:
     return {"forward": fwd, "backward": max(both - fwd, 0.0)}
 
 
-def kernel_seconds(fn, warmup: int, reps: int) -> float:
+def kernel_seconds(fn, warmup: int, reps: int, by_kernel: dict | None = None) -> float:
     """GPU time per call of `fn`: its kernels, copies and sets summed from the profiler's device events,
-    so that a host slower than the GPU (a small kernel's launch, SDPA's dispatch) does not count."""
+    so that a host slower than the GPU (a small kernel's launch, SDPA's dispatch) does not count.
+    `by_kernel`: filled with seconds per call by kernel name."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(max(warmup, 1)):
@@ -86,24 +87,36 @@ def kernel_seconds(fn, warmup: int, reps: int) -> float:
             fn()
         torch.cuda.synchronize()
     device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if by_kernel is not None:
+        for e in device:
+            by_kernel[e.name] = by_kernel.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e6 / reps
     return sum(e.time_range.elapsed_us() for e in device) / 1e6 / reps
 
 
-def block_seconds(model, batch: int, seq: int, warmup: int, reps: int) -> dict[str, float]:
+def block_seconds(model, batch: int, seq: int, warmup: int, reps: int, bf16: bool = False) -> dict:
     """GPU seconds of one bench transformer block's forward and backward as DDP's step runs it: fp32
-    parameters and residual stream, autocast to bf16 (bench train's ddp and zero1)."""
+    parameters and residual stream, autocast to bf16 (bench train's ddp and zero1); `bf16`: as FSDP2's
+    runs it, parameters and residual stream in bf16, no autocast. With each kernel's seconds per call
+    (forward alone, and forward with backward)."""
     block = Block(model).cuda()
-    x = torch.randn(batch, seq, model.hidden_size, device="cuda", requires_grad=True)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    block = block.to(dtype)
+    x = torch.randn(batch, seq, model.hidden_size, device="cuda", dtype=dtype, requires_grad=True)
     cos, sin = rotary_tables(seq, model.head_dim, device="cuda")
 
     def forward():
+        if bf16:
+            return block(x, cos, sin)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return block(x, cos, sin)
 
-    grad = torch.randn(batch, seq, model.hidden_size, device="cuda")
-    fwd = kernel_seconds(forward, warmup, reps)
-    both = kernel_seconds(lambda: torch.autograd.grad(forward(), [x] + list(block.parameters()), grad), warmup, reps)
-    return {"forward": fwd, "backward": both - fwd}
+    grad = torch.randn(batch, seq, model.hidden_size, device="cuda", dtype=dtype)
+    fwd_kernels: dict = {}
+    both_kernels: dict = {}
+    fwd = kernel_seconds(forward, warmup, reps, fwd_kernels)
+    both = kernel_seconds(lambda: torch.autograd.grad(forward(), [x] + list(block.parameters()), grad), warmup, reps,
+                          both_kernels)
+    return {"forward": fwd, "backward": both - fwd, "forward_kernels": fwd_kernels, "kernels": both_kernels}
 
 
 def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: bool = False) -> dict:
@@ -134,6 +147,7 @@ def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: boo
            "head_dim": hd, "gemms": gemms, "attention": attention, "step": step}
     if blocks:
         out["block"] = block_seconds(model, batch, seq, warmup, reps)
+        out["block_bf16"] = block_seconds(model, batch, seq, warmup, reps, bf16=True)
     torch.cuda.empty_cache()
     return out
 
@@ -193,7 +207,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--blocks", action="store_true",
-                        help="also one whole block's forward and backward")
+                        help="also one whole block's forward and backward, under autocast and in bf16")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     try:

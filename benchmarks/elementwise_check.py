@@ -1,0 +1,71 @@
+"""A block's elementwise work as measured kernel by kernel, beside the cost model's elementwise term.
+
+    python benchmarks/elementwise_check.py [FILE ...]     # default: the one-H200 records of 2026-12-02
+
+Reads `benchmarks/kernel_rates.py --blocks` records. A block's elementwise time is what its kernels take
+beyond its GEMMs and its attention: by kernel name (rows with `kernels`: everything that is not a
+GEMM or an attention kernel), or else the whole block less the GEMMs and the attention timed alone.
+Beside it, the model's term: Profile.activation_traffic x the bytes the block saves for backward
+(memory.activation_bytes_per_token_per_layer) x tokens / (HBM rate x hbm_efficiency), under autocast
+(DDP's fp32 weights) and in bf16 (FSDP2's). Prints per model and shape: measured and modelled
+milliseconds, their ratio, and the forward's share of the measured time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from topowise import hardware  # noqa: E402
+from topowise.costmodel.memory import activation_bytes_per_token_per_layer  # noqa: E402
+from topowise.costmodel.profile import default_profile  # noqa: E402
+from topowise.models.spec import load_model  # noqa: E402
+
+DEFAULT = [ROOT / "docs/results/2026-12-02-h200x1/kernels/run17/kr/kernel_rates.jsonl"]
+NOT_ELEMENTWISE = ("gemm", "nvjet", "cutlass", "sm90_xmma", "fmha", "flash", "cudnn", "attention")
+
+
+def elementwise(kernels: dict) -> float:
+    return sum(t for name, t in kernels.items() if not any(k in name.lower() for k in NOT_ELEMENTWISE))
+
+
+def model_of(name: str):
+    if name.startswith("configs/"):
+        name = str(ROOT / "benchmarks" / f"{name}.json")
+    return load_model(name)
+
+
+def main() -> int:
+    files = [Path(f) for f in sys.argv[1:]] or DEFAULT
+    profile = default_profile()
+    hbm = hardware.hbm_bytes_per_s("NVIDIA H200") * profile.hbm_efficiency
+    print(f"{'model':<26}{'shape':>8} | {'autocast: measured / model ms (ratio)':>38} | "
+          f"{'bf16: measured / model ms (ratio)':>34} | forward share")
+    for f in files:
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if "block" not in r:
+                continue
+            model, tokens = model_of(r["model"]), r["tokens"]
+            cells = []
+            for key, autocast in (("block", True), ("block_bf16", False)):
+                if key not in r or "kernels" not in r[key]:
+                    cells.append(f"{'-':>34}")
+                    continue
+                measured = elementwise(r[key]["kernels"])
+                modelled = profile.activation_traffic * activation_bytes_per_token_per_layer(
+                    model, autocast=autocast) * tokens / hbm
+                cells.append(f"{1e3 * measured:>12.3f} / {1e3 * modelled:.3f} ({measured / modelled:.2f})")
+            b = r["block"]
+            share = (elementwise(b["forward_kernels"]) / elementwise(b["kernels"]) if "kernels" in b else float("nan"))
+            print(f"{r['model']:<26}{r['micro_batch']:>3}x{r['seq_len']:<5}| {cells[0]:>38} | {cells[1]:>34} | "
+                  f"{share:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
