@@ -1,4 +1,4 @@
-"""One H200's runs predicted with attention at its own measured rate and with one rate for all FLOPs.
+"""One H200's runs predicted by the cost model now and as it was before the kernel-level terms.
 
     python benchmarks/attention_accuracy.py [--out docs/results/2026-12-02-h200x1/kernels/accuracy]
 
@@ -6,10 +6,11 @@ The records: the step-time fit's runs (docs/results/2026-12-02-h200x1/model-chan
 qwen2.5-0.5b at 1 x 8192, and their 128-token floors), the compiled twins the compiled traffic is fitted
 from (timelines/run8/compiled), and runs no fit saw: model-change/heldout (the 0.95B, 2.46B GQA and
 llama3.2-3b shapes), timelines/run9/heldout (eager and compiled twins of the 0.95B and 2.46B configs) and
-kernels/run16/long.jsonl (16k and 32k tokens). Two profiles: the default (matmuls at compute_efficiency,
-the causal attention at Profile.attention_rate, both eager traffic terms fitted with it) and the one of
-before the attention term (one rate for all FLOPs, 0.6612, traffic 10.03, compiled 8.0433: each fitted
-from the same records in that form). Runs predicted host-bound, and runs whose timed steps spread over
+kernels/run16/long.jsonl (16k and 32k tokens). Two models: now (matmuls at compute_efficiency, the causal
+attention at Profile.attention_rate, FSDP2's cast and copies per parameter, the GPU terms fitted with
+them) and before (one rate for all FLOPs, 0.6612, traffic 10.03, compiled 8.0433, each fitted from the
+same records in that form, and FSDP2 costing 4 bytes per parameter per gather alone: step.py's three
+FSDP2 constants of today set to 0). Runs predicted host-bound, and runs whose timed steps spread over
 5% (as calibrate leaves them out), are not in the tables. Writes OUT/accuracy.md (every run, both
 predictions) and prints the summary last.
 """
@@ -25,7 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _pytest.monkeypatch import MonkeyPatch  # noqa: E402
+
 from topowise.calibrate.fit import UNSTEADY_SPREAD, observations_from, predictor  # noqa: E402
+from topowise.costmodel import step as step_mod  # noqa: E402
 from topowise.costmodel.profile import default_profile  # noqa: E402
 from topowise.measure.records import read_records  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
@@ -37,6 +41,8 @@ SETS = {"fit": [H200 / "model-change/fit/train.jsonl", H200 / "model-change/fit/
                      H200 / "model-change/heldout/train-compiled.jsonl", H200 / "timelines/run9/heldout/train.jsonl",
                      H200 / "kernels/run16/long.jsonl"]}
 # the default profile's GPU terms before the attention term, fitted in that form from the same records
+BEFORE_FSDP = ("FSDP_CAST_BYTES_PER_SHARD_PARAM", "FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM",
+               "ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM")
 ONE_RATE = {"compute_efficiency": 0.6612, "activation_traffic": 10.03, "compiled_activation_traffic": 8.0433,
             "attention_efficiency": {}}
 
@@ -47,15 +53,27 @@ def main() -> int:
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     predict_one = predictor(load_topology("h200-x2"))  # one GPU of it: the records ran on one H200
-    profiles = {"attention term": default_profile(), "one rate": replace(default_profile(), **ONE_RATE)}
-    rows = ["| set | model | mb x seq | strategy | mode | measured ms | attention term: predicted, error | "
-            "one rate: predicted, error |", "|---|---|---|---|---|---|---|---|"]
+    profiles = {"now": default_profile(), "before": replace(default_profile(), **ONE_RATE)}
+
+    def predict_as(name, o):
+        if name == "now":
+            return predict_one(profiles[name], o)
+        patch = MonkeyPatch()
+        for constant in BEFORE_FSDP:
+            patch.setattr(step_mod, constant, 0)
+        try:
+            return predict_one(profiles[name], o)
+        finally:
+            patch.undo()
+
+    rows = ["| set | model | mb x seq | strategy | mode | measured ms | now: predicted, error | "
+            "before: predicted, error |", "|---|---|---|---|---|---|---|---|"]
     errors: dict = {}
     unsteady: list[str] = []
     for part, files in SETS.items():
         records = [r for f in files for r in read_records(f, kind="train")]
         for o in observations_from(records):
-            preds = {name: predict_one(p, o) for name, p in profiles.items()}
+            preds = {name: predict_as(name, o) for name in profiles}
             if any(p.host_bound for p in preds.values()):
                 continue  # the host sets these steps: not what the attention term is about
             if (o.step_spread or 0.0) > UNSTEADY_SPREAD:
@@ -69,11 +87,11 @@ def main() -> int:
             mode = ("compiled" if o.compile else "eager") + (" full" if o.activation_checkpointing else "")
             rows.append(f"| {part} | {o.model.split('/')[-1]} | {o.micro_batch}x{o.seq_len} | {o.strategy} | {mode} | "
                         f"{1e3 * o.step_time_s:.1f} | {cells[0]} | {cells[1]} |")
-    summary = ["| set | mode | GPU-bound runs | attention term: mean / worst | one rate: mean / worst |",
+    summary = ["| set | mode | GPU-bound runs | now: mean / worst | before: mean / worst |",
                "|---|---|---|---|---|"]
     for part in SETS:
         for compiled in (False, True):
-            a, b = errors.get((part, compiled, "attention term")), errors.get((part, compiled, "one rate"))
+            a, b = errors.get((part, compiled, "now")), errors.get((part, compiled, "before"))
             if not a:
                 continue
             fmt = lambda e: f"{100 * statistics.mean(map(abs, e)):.1f}% / {100 * max(map(abs, e)):.1f}%"

@@ -1,6 +1,7 @@
 """The overlaps fitted again from the 2x H200 calibration records, then every validation record replayed.
 
     python benchmarks/overlap_refit.py [--out docs/results/2026-11-30-h200x2/refit4]
+    python benchmarks/overlap_refit.py --rates --out docs/results/2026-11-30-h200x2/refit5
 
 For each calibration run (run 10, run 16 of docs/results/2026-11-30-h200x2): its records fitted the way
 `calibrate --from-records` fits them, but the overlaps alone (overlap.ddp, .zero1, .zero2, .zero3), with
@@ -10,6 +11,10 @@ is the one thing that differs between two code versions run through this script.
 records of runs 4, 8, 9, 10, 13, 16 and 17 (shapes and days calibration did not see, except where a
 run validates its own day) through each profile: step-time error, mean and worst, all cases and the
 GPU-bound ones. Writes OUT/<run>.json (the profiles) and OUT/refit.md (the table).
+
+--rates fits compute_efficiency and activation_traffic with the overlaps (as `calibrate` fits them; the
+records' own form, one rate for all FLOPs), for when a term of the model outside the overlaps changed:
+run 10's result is what tests/unit/earlier_model.py replays these records with.
 """
 
 from __future__ import annotations
@@ -45,25 +50,31 @@ def topology_of(folder: Path) -> Topology:
     return Topology.from_dict(json.loads(meta.read_text())["topology"], str(meta))
 
 
-def refit(run: str):
+def refit(run: str, rates: bool = False):
     records, meta = read_records_dir(RESULTS / run / "profile-records")
     base = replace(default_profile(), **EARLIER_RATES)
+    names = (["compute_efficiency", "activation_traffic"] if rates else []) + list(OVERLAPS)
     return fit_profile(records, topology_of(RESULTS / run / "profile-records"), meta["fingerprint"], base=base,
-                       fit_names=list(OVERLAPS), comm_min_bytes=int(meta["plan"].get("fit_min_bytes", 0)))
+                       fit_names=names, comm_min_bytes=int(meta["plan"].get("fit_min_bytes", 0)))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(RESULTS / "refit4"))
-    out = Path(parser.parse_args().out)
+    parser.add_argument("--rates", action="store_true", help="fit compute_efficiency and activation_traffic too")
+    args = parser.parse_args()
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     predict_earlier_model(MonkeyPatch())  # these records were measured with the earlier bench transformer
     lines = ["| calibration | overlaps fitted (ddp, zero1, zero2, zero3) | fit rms / worst | validated on | "
              "all cases: mean / worst | GPU-bound: mean / worst (cases) |", "|---|---|---|---|---|---|"]
     for run in CALIBRATIONS:
-        profile, report = refit(run)
+        profile, report = refit(run, args.rates)
         (out / f"{run}.json").write_text(json.dumps(profile.to_dict(), indent=1))
         fitted = ", ".join(f"{profile.overlap[s.split('.')[1]]:.3f}" for s in OVERLAPS)
+        if args.rates:
+            fitted += f" (compute_efficiency {profile.compute_efficiency:.4f}, activation_traffic " \
+                      f"{profile.activation_traffic:.2f})"
         fit = f"{100 * report['step_time']['rms_error']:.1f}% / {100 * report['step_time']['max_error']:.1f}%"
         for val in VALIDATIONS:
             folder = RESULTS / val / "validate-records"

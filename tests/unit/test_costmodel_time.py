@@ -304,7 +304,7 @@ def test_step_times_of_cases_calibration_did_not_use(h200_validation_records, mo
         pred = predict(rec, H200X2)
         error = pred.step_time_s / measured["step_time_s"] - 1
         (host_bound if pred.time.host_wait_s > 0 else gpu_bound).append((abs(error), rec))
-    assert len(gpu_bound) == 45 and len(host_bound) == 18
+    assert len(gpu_bound) == 48 and len(host_bound) == 15
     assert sum(e for e, _ in gpu_bound) / len(gpu_bound) < 0.05
     assert max(gpu_bound, key=lambda x: x[0])[0] < 0.10
     assert max(host_bound, key=lambda x: x[0])[0] < 0.30

@@ -21,8 +21,14 @@
   backward 12+4, cast back 4+2 = 48 bytes; a vocabulary row of 128k-152k fp32 logits does not fit in
   shared memory, so PyTorch's cunn_SoftMaxForward reads it three times (max, sum of exp, write) and
   cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each weight to bf16 (4+2)
-  and its bf16 gradient to fp32 (2+4) into the bucket (4+4): 20 bytes per parameter; FSDP2 copies each
-  all-gather's output into the unsharded parameters (2+2 bytes per parameter per gather).
+  and its bf16 gradient to fp32 (2+4) into the bucket (4+4): 20 bytes per parameter. FSDP2 (bf16
+  parameters for compute, fp32 shards and gradients) per all-gather casts its fp32 shard into the bf16
+  all-gather buffer (4+2 per shard parameter: params / shard group) and copies the output into the
+  unsharded parameters (2+2 per parameter); per step it copies the bf16 gradients into the fp32
+  reduce-scatter input (2+4 per parameter, torch's chunk_cat), and a reduce-scatter of one rank (a
+  single GPU) is NCCL copying that input to the output (4+4). Traced on one H200 (llama3.2-3b zero3,
+  docs/results/2026-12-02-h200x1/kernels/run18): the cast 11.8 ms, chunk_cat 9.6, the one-rank copy 12.4
+  per step, where the model had 4 bytes per parameter per gather (6.8 ms) and nothing else.
 - the blocks' elementwise traffic (below) is split evenly between forward and backward. Measured, the
   backward takes more: on one H200 the backward of five Llama shapes (benchmarks/bucket_ready.py) took
   what this split gives it plus 0.06-0.23 (mean 0.16) of that traffic, and profiler traces of the
@@ -77,6 +83,9 @@ ADAMW_FUSED_BYTES_PER_PARAM = 28  # see the module docstring
 AUTOCAST_BYTES_PER_PARAM = 6 + 6 + 8  # weight cast, weight-gradient cast, accumulate into the bucket
 AUTOCAST_FORWARD_BYTES_PER_PARAM = 6  # of which the forward's: the weight cast
 FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
+FSDP_CAST_BYTES_PER_SHARD_PARAM = 6  # per all-gather pass, fp32 shard into the bf16 buffer
+FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM = 6  # per step, bf16 gradients into the fp32 reduce-scatter input
+ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM = 8  # per step, NCCL's copy of one rank's fp32 input
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
 ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the forward's (see the docstring)
@@ -155,9 +164,12 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         fwd_bytes += AUTOCAST_FORWARD_BYTES_PER_PARAM * model.params
         copy_bytes = loss_bytes + AUTOCAST_BYTES_PER_PARAM * model.params
     else:  # every unit is gathered for the forward; zero3 and hsdp gather the blocks again in backward
-        fwd_bytes += FSDP_COPY_OUT_BYTES_PER_PARAM * model.params
+        per_gather = FSDP_COPY_OUT_BYTES_PER_PARAM + FSDP_CAST_BYTES_PER_SHARD_PARAM / run.shard_size
+        per_step = FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM + (ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM
+                                                          if run.shard_size == 1 else 0)
+        fwd_bytes += per_gather * model.params
         regathered = model.num_layers * model.layer_params if run.spec.reshard_after_forward else 0
-        copy_bytes = loss_bytes + FSDP_COPY_OUT_BYTES_PER_PARAM * (model.params + regathered)
+        copy_bytes = loss_bytes + per_gather * (model.params + regathered) + per_step * model.params
     # elementwise work inside the blocks (norms, rotary, SwiGLU, residuals, casts) reads and writes the
     # activations; its traffic is counted as activation_traffic x the bytes the blocks save for backward
     traffic = profile.compiled_activation_traffic if run.compile else profile.activation_traffic
