@@ -28,6 +28,9 @@ from topowise import hardware  # noqa: E402
 from topowise.errors import UsageError  # noqa: E402
 from topowise.models.spec import load_model  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_rates import checked_models  # noqa: E402
+
 RESULTS_FILE = "head_gemm.jsonl"
 
 
@@ -94,9 +97,7 @@ def main() -> int:
             raise UsageError("head_gemm.py needs a CUDA GPU")
         if args.tokens < 1 or args.reps < 1 or args.warmup < 0:
             raise UsageError("--tokens and --reps must be at least 1, --warmup at least 0")
-        names = [n for n in args.models.split(",") if n]
-        for n in names:
-            load_model(n)
+        names = checked_models(args.models)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

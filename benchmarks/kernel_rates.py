@@ -159,6 +159,14 @@ def rest(r: dict, phase: str) -> float:
     return r["block"][phase] - gemm - r["attention"]["seconds"][phase]
 
 
+def checked_models(text: str) -> list[str]:
+    """The comma-separated model names of --models, each loaded once (a UsageError names a bad one)."""
+    names = [n for n in text.split(",") if n]
+    for n in names:
+        load_model(n)
+    return names
+
+
 def head_dim_of(row: dict) -> int:
     """The row's head dim (rows written before it was recorded: from the model, a preset or one of
     benchmarks/configs, whose name is recorded as configs/NAME)."""
@@ -221,9 +229,7 @@ def main() -> int:
             shapes.append((int(mb), int(seq)))
         if args.reps < 1 or args.warmup < 0:
             raise UsageError("--reps must be at least 1, --warmup at least 0")
-        names = [n for n in args.models.split(",") if n]
-        for n in names:
-            load_model(n)
+        names = checked_models(args.models)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
