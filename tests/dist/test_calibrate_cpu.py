@@ -52,6 +52,7 @@ def test_cpu_calibration_measures_fits_and_writes_a_profile(calibrated):
     assert profile["fingerprint"].startswith("device=cpu; name=")
     # the CPU has no datasheet: its peak is the measured matrix rate, efficiency is relative to it
     assert profile["peak_flops"] == pytest.approx(kinds["matmul"][0]["flops_per_s"])
+    assert profile["attention_efficiency"] == {}  # a GPU's flash attention rates do not apply: one rate
     assert 0 < profile["compute_efficiency"] <= 1
     for key in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):  # gloo: a host link, class PCIe
         assert profile["sources"][f"comm_efficiency.PCIe/{key}"].startswith("calibrated")

@@ -560,9 +560,11 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         sheet = topo.gpu_spec.bf16_dense_flops
         src = dict(profile.sources)
         if not sheet:  # a CPU (or an unknown part): the measured matrix rate is the peak
-            profile = replace(profile, peak_flops=float(rate))
+            # and the attention's measured rates (a GPU's flash kernels) do not apply: one rate for all FLOPs
+            profile = replace(profile, peak_flops=float(rate), attention_efficiency={})
             src["peak_flops"] = (f"calibrated ({where}): bf16 {matmul[0].get('n', '?')}^3 matrix product on each "
                                  f"process at once, median {rate / 1e9:.1f} GFLOP/s")
+            src["attention_efficiency"] = "none: not a GPU's flash attention; all FLOPs at compute_efficiency"
         else:
             src["peak_flops"] = (f"0: the datasheet {sheet / 1e12:.0f} TFLOP/s (hardware.py); the bf16 "
                                  f"{matmul[0].get('n', '?')}^3 matrix product measured {rate / 1e12:.0f} TFLOP/s "
