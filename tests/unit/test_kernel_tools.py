@@ -1,0 +1,64 @@
+"""benchmarks/trace_kernels.py and kernel_rates.py's fit: the tools the cost model's kernel terms come from."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+trace_kernels = pytest.importorskip("trace_kernels")
+
+
+def event(cat, name, ts, dur, correlation=None):
+    e = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+    if correlation is not None:
+        e["args"] = {"correlation": correlation}
+    return e
+
+
+def test_kernels_go_to_the_step_that_launched_them(tmp_path):
+    """A GPU that lags its host runs step 1's matmul during step 2's host range: it still counts for step 1."""
+    events = [event("user_annotation", "topowise.step.1", 0, 100),
+              event("user_annotation", "topowise.step.2", 100, 100),
+              event("cuda_runtime", "cudaLaunchKernel", 50, 1, 1), event("cuda_driver", "cuLaunchKernel", 150, 1, 2),
+              event("kernel", "sm90_xmma_gemm_bf16bf16", 160, 40, 1),
+              event("kernel", "void at::native::vectorized_elementwise_kernel", 210, 30, 2),
+              event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 250, 10, 2)]
+    steps, kernels = trace_kernels.per_step({"traceEvents": events}, skip=2)
+    assert steps == 1 and set(kernels) == {"void at::native::vectorized_elementwise_kernel",
+                                           "Memcpy DtoD (Device -> Device)"}
+    steps, kernels = trace_kernels.per_step({"traceEvents": events}, skip=1)
+    assert steps == 2 and kernels["sm90_xmma_gemm_bf16bf16"] == pytest.approx(40e-6 / 2)
+    path = tmp_path / "rank0.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    sys.argv = ["trace_kernels.py", str(path), "--skip", "1", "--json", str(tmp_path / "k.json")]
+    assert trace_kernels.main() == 0
+    classes = json.loads((tmp_path / "k.json").read_text())["classes"]
+    assert classes == pytest.approx({"matmul": 20e-6, "elementwise/other": 15e-6, "copy/set": 5e-6})
+    sys.argv = ["trace_kernels.py", str(tmp_path / "missing.gz")]
+    assert trace_kernels.main() == 2
+
+
+def test_kernel_classes():
+    assert trace_kernels.kernel_class("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL") == "nccl"
+    assert trace_kernels.kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "attention"
+    assert trace_kernels.kernel_class("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN") == "matmul"
+    assert trace_kernels.kernel_class("void at::native::cunn_SoftMaxForward<4, float>") == "loss"
+    assert trace_kernels.kernel_class("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
+
+
+def test_attention_fit_recovers_its_form():
+    kernel_rates = pytest.importorskip("kernel_rates")
+    rows = []
+    for head_dim, e in ((64, 0.45), (128, 0.6)):
+        for seq in (1024, 2048, 4096, 8192, 16384):
+            rate = e * seq / (seq + 700)
+            rows.append({"head_dim": head_dim, "seq_len": seq, "peak_flops": 1.0,
+                         "step": {"attention_flops": rate, "attention_s": 1.0}})
+    offset, effs, rms = kernel_rates.fit_attention(rows)
+    assert offset == 700 and effs == pytest.approx({64: 0.45, 128: 0.6}) and rms < 1e-9
