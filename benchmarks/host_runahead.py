@@ -53,12 +53,13 @@ def plan(steps: int, reverse: bool = False) -> Plan:
                 warmup=3, steps=steps)
 
 
-def per_phase(host, gpu):
-    return sum(max(h, g) for h, g in zip(host, gpu))
+# host and gpu: seconds per phase, in step order; `scale` stretches the host (a host-bound range)
+def per_phase(host, gpu, scale=1.0):
+    return sum(max(h * scale, g) for h, g in zip(host, gpu))
 
 
-def run_ahead(host, gpu):
-    return max(sum(host[:k]) + sum(gpu[k:]) for k in range(len(host) + 1))
+def run_ahead(host, gpu, scale=1.0):
+    return max(sum(host[:k]) * scale + sum(gpu[k:]) for k in range(len(host) + 1))
 
 
 def over_steps(host, gpu):

@@ -27,20 +27,13 @@ sys.path.insert(0, str(ROOT))
 
 import overlap_refit as refit_mod  # noqa: E402
 from _pytest.monkeypatch import MonkeyPatch  # noqa: E402
+from host_runahead import per_phase, run_ahead  # noqa: E402
 
 from topowise.calibrate import validate as validate_mod  # noqa: E402
 from topowise.costmodel import step as step_mod  # noqa: E402
 from topowise.measure.records import read_records  # noqa: E402
 
 SHARES = (("a half", 1 / 2), ("a third", 1 / 3))
-
-
-def per_phase(host, gpu, scale=1.0):
-    return sum(max(h * scale, g) for h, g in zip(host, gpu))
-
-
-def run_ahead(host, gpu, scale=1.0):
-    return max(sum(host[:k]) * scale + sum(gpu[k:]) for k in range(len(host) + 1))
 
 
 def replay(profile, combine, spread: float) -> dict:
