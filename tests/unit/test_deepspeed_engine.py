@@ -52,3 +52,32 @@ def test_request_and_record_carry_the_engine():
     assert rec["deepspeed_config"]["zero_optimization"]["stage"] == 1
     default = train.make_request(model="tiny", strategies="zero1", device="cpu")
     assert default.cases[0].run.engine == "pytorch"
+
+
+def test_deepspeed_buckets_follow_the_fabric_of_the_run(monkeypatch):
+    """On a GPU the engine sizes DeepSpeed's buckets to the link the run uses: its fabric, read from the
+    case's Run (a case has no fabric of its own)."""
+    import dataclasses
+    import types
+
+    import torch
+
+    from topowise.measure import deepspeed_engine, steps
+
+    class Initialized(Exception):
+        pass
+
+    def initialize(**kwargs):
+        raise Initialized(kwargs["config"])
+
+    seen = []
+    monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace(initialize=initialize, __version__="0"))
+    monkeypatch.setattr(deepspeed_engine, "link_gbps_here", lambda world, fabric: seen.append(fabric))
+    monkeypatch.setattr(steps, "prepare_case", lambda case, rank: (0, torch.nn.Linear(2, 2)))
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, **kw: object())  # no fused kernel on a CPU
+    req = train.make_request(model="tiny", strategies="zero2", device="cpu", seq_len=32)
+    case = req.cases[0]
+    case = dataclasses.replace(case, device="cuda", run=dataclasses.replace(case.run, fabric="pcie"))
+    with pytest.raises(Initialized):
+        deepspeed_engine.train_deepspeed(case, types.SimpleNamespace(world_size=2, rank=0, device="cpu"))
+    assert seen == ["pcie"]

@@ -86,7 +86,7 @@ def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
     measured_peak, model = steps.prepare_case(case, rank)
     optimizer = S.make_optimizer(model.parameters(), lr=case.lr, weight_decay=case.weight_decay,
                                  device_type=device_type)
-    link = link_gbps_here(rank.world_size, case.fabric) if device_type == "cuda" else None
+    link = link_gbps_here(rank.world_size, case.run.fabric) if device_type == "cuda" else None
     config = engine_config(case.run.strategy, micro_batch=case.run.micro_batch, world_size=rank.world_size,
                            link_gbps=link, device=device_type)
     # the process group is already up (steps.rank_main): DeepSpeed's comm layer wraps it
