@@ -43,6 +43,9 @@ SETS = {"fit": [H200 / "model-change/fit/train.jsonl", H200 / "model-change/fit/
 # the default profile's GPU terms before the attention term, fitted in that form from the same records
 BEFORE_FSDP = ("FSDP_CAST_BYTES_PER_SHARD_PARAM", "FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM",
                "ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM")
+# and every copy at the memory-bound rate (before benchmarks/copy_rates.py timed each one)
+LOGICAL_BYTES = {"AUTOCAST_BYTES_PER_PARAM": 20, "AUTOCAST_FORWARD_BYTES_PER_PARAM": 6,
+                 "FSDP_COPY_OUT_BYTES_PER_PARAM": 4}
 ONE_RATE = {"compute_efficiency": 0.6612, "activation_traffic": 10.03, "compiled_activation_traffic": 8.0433,
             "attention_efficiency": {}}
 
@@ -61,6 +64,8 @@ def main() -> int:
         patch = MonkeyPatch()
         for constant in BEFORE_FSDP:
             patch.setattr(step_mod, constant, 0)
+        for constant, nbytes in LOGICAL_BYTES.items():
+            patch.setattr(step_mod, constant, nbytes)
         try:
             return predict_one(profiles[name], o)
         finally:

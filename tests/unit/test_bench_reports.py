@@ -206,13 +206,14 @@ def test_comparison_tables_fit_80_columns_one_per_fabric():
 
 @pytest.mark.parametrize("check,status", [(False, 0), (True, 1)])
 def test_validate_check_exits_1_when_the_target_is_missed(tmp_path, capsys, check, status):
-    """run10's validation misses the step-time target (mean 5.4%, worst 25.7%)."""
+    """run10's validation misses the step-time target (worst 25.7%, a host-bound case; mean 5.0%) and ranks
+    ddp first for qwen2.5-0.5b over PCIe, 0.1% ahead of zero2, which measured 5.2% faster."""
     argv = ["validate", "--profile", str(RUN / "run10" / "profile.json"), "--measured",
             str(RUN / "run10" / "validate-records" / "train.jsonl"), "--no-plot", "--out", str(tmp_path / "v.jsonl")]
     assert main(argv + (["--check"] if check else [])) == status
     err = capsys.readouterr().err
     if check:
-        assert err.startswith("topowise: the accuracy target is missed (step MAE <= 5%, step max <= 10%")
+        assert err.startswith("topowise: the accuracy target is missed (step max <= 10%, ranking)")
     else:
         assert err == ""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -62,3 +63,30 @@ def test_attention_fit_recovers_its_form():
                          "step": {"attention_flops": rate, "attention_s": 1.0}})
     offset, effs, rms = kernel_rates.fit_attention(rows)
     assert offset == 700 and effs == pytest.approx({64: 0.45, 128: 0.6}) and rms < 1e-9
+
+
+def test_copy_rates_groups_the_parameters_as_fsdp2_wraps_them():
+    """One group per block and one for the rest: every parameter of the bench transformer once."""
+    pytest.importorskip("torch")
+    copy_rates = pytest.importorskip("copy_rates")
+    from topowise.models.spec import load_model
+
+    spec = load_model("llama3.2-1b")
+    groups = copy_rates.parameter_groups("llama3.2-1b")
+    assert len(groups) == spec.num_layers + 1
+    numel = [sum(math.prod(s) for s in g) for g in groups]
+    assert numel[0] == spec.layer_params and sum(numel) == spec.params
+    assert (spec.vocab_size, spec.hidden_size) in groups[-1]  # the (tied) embedding outside every block
+
+
+def test_copy_rates_summary_of_the_record(tmp_path, capsys, monkeypatch):
+    copy_rates = pytest.importorskip("copy_rates")
+    record = Path(__file__).resolve().parents[2] / "docs/results/2026-12-02-h200x1/copies/run19/copy_rates.jsonl"
+    monkeypatch.setattr(sys, "argv", ["copy_rates.py", "--summary", str(record)])
+    assert copy_rates.main() == 0
+    mean = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("share of adamw, mean"))
+    assert mean.split()[-7:] == ["1.000", "1.087", "0.528", "1.093", "0.487", "1.035", "1.188"]
+    (tmp_path / "empty.jsonl").write_text('{"model": "x", "status": "oom"}\n')
+    monkeypatch.setattr(sys, "argv", ["copy_rates.py", "--summary", str(tmp_path / "empty.jsonl")])
+    assert copy_rates.main() == 2
+    assert "no measured rows" in capsys.readouterr().err

@@ -98,20 +98,22 @@ H200_STEP_FIT = (f"{H200_RUN}: least squares of predicted vs measured step time 
 # copies (step.py) were modelled: run 10's records fitted again, with that run's GPU rates in the records' own
 # form (one rate for all FLOPs; tests/unit/earlier_model.py replays them so)
 H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines of costmodel/overlap.py and "
-                    "FSDP2's per-parameter cast and copies of costmodel/step.py (overlaps with compute_efficiency "
-                    "0.7454 and activation_traffic 16.77, one rate for all FLOPs as those records were; "
-                    "`python benchmarks/overlap_refit.py --rates`, docs/results/2026-11-30-h200x2/refit5): rms "
-                    "error 1.3%, worst 2.4% over its GPU-bound runs; held out (runs 4-17) GPU-bound 2.5-5.4% mean "
-                    "per run, worst 11.6%")
+                    "the per-parameter casts and copies of costmodel/step.py at their measured rates (overlaps "
+                    "with compute_efficiency 0.7610 and activation_traffic 16.86, one rate for all FLOPs as those "
+                    "records were; `python benchmarks/overlap_refit.py --rates`, "
+                    "docs/results/2026-11-30-h200x2/refit6): rms error 1.3%, worst 2.3% over its GPU-bound runs; "
+                    "held out (runs 4-17) GPU-bound 2.3-5.0% mean per run, worst 10.4%")
 # Since the attention term and FSDP2's per-parameter cast and copies (2026-12-02) the same fit prices the
-# matmuls alone (0.785: the GEMM kernels' own rate in a traced step), attention at its measured rate:
-# 0.6612 and 10.03 were the fit with one rate for all FLOPs and FSDP2 at 4 bytes per parameter per gather.
+# matmuls alone, attention at its measured rate: 0.6612 and 10.03 were the fit with one rate for all FLOPs
+# and FSDP2 at 4 bytes per parameter per gather; 0.7848 and 8.863 with every copy at the memory-bound rate
+# (0.785 is the GEMM kernels' own rate in a traced step; with the copies at their own rates the three fit
+# runs put the matmuls at 0.801, docs/calibration.md, "Each copy at its own rate").
 H200_MODEL_FIT = ("bench train on one H200 (docs/results/2026-12-02-h200x1/model-change/fit): least squares of "
                   "predicted vs measured step time over the GPU-bound, steady runs (llama3.2-1b 1 x 8192 ddp and "
                   "zero2, qwen2.5-0.5b 1 x 8192 ddp), the causal attention at its measured rate "
-                  "(attention_efficiency) and FSDP2's cast and copies per parameter itemized (step.py), rms error "
-                  "0.6%, worst 0.8%; on 14 GPU-bound held-out runs (0.95B, 2.46B GQA, llama3.2-3b; 16k and 32k "
-                  "tokens) mean 2.7%, worst 5.2% "
+                  "(attention_efficiency) and the casts and copies per parameter at their measured rates (step.py), "
+                  "rms error 0.6%, worst 0.8%; on 14 GPU-bound held-out runs (0.95B, 2.46B GQA, llama3.2-3b; 16k "
+                  "and 32k tokens) mean 2.5%, worst 4.7% "
                   "(`python benchmarks/attention_accuracy.py`, docs/results/2026-12-02-h200x1/kernels/accuracy)")
 # Causal flash attention (F.scaled_dot_product_attention, cuDNN's kernel first) runs slower than the
 # matmuls and faster at longer sequences: timed alone on one H200 at the bench transformer's shapes
@@ -145,7 +147,7 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # rms error 0.5%. (The earlier transformer: 6.09, from 186.4 -> 167.4, 183.4 -> 165.2, 185.3 -> 168.7 ms.)
 COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
                           "against the eager rates of the attention term's fit")
-COMPILED_ACTIVATION_TRAFFIC = 6.8636
+COMPILED_ACTIVATION_TRAFFIC = 6.8767
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
 # ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
@@ -238,7 +240,7 @@ _SOURCES = {
 class Profile:
     """Tunable parameters; `sources[name]` says where each value came from."""
 
-    compute_efficiency: float = 0.7848  # achieved / datasheet bf16 peak: the matmuls (all FLOPs if no attention term)
+    compute_efficiency: float = 0.8008  # achieved / datasheet bf16 peak: the matmuls (all FLOPs if no attention term)
     # the causal attention's achieved fraction of the peak by head dim ("64" -> e), at sequence T times
     # T / (T + attention_seq_offset); empty: attention runs at compute_efficiency like the matmuls (the
     # form of profiles fitted before the attention term)
@@ -248,14 +250,14 @@ class Profile:
     comm_efficiency: dict = field(default_factory=lambda: dict(_EFF))  # "NV/all_reduce" -> busbw / line
     latency_s: dict = field(default_factory=lambda: dict(_LAT))  # "NV/all_reduce" -> alpha seconds
     overlap: dict = field(default_factory=lambda: {
-        "ddp": 0.9561, "zero1": 1.0, "zero2": 0.8667, "zero3": 0.8443, "hsdp": 0.8443})
+        "ddp": 0.9502, "zero1": 0.9958, "zero2": 0.8697, "zero3": 0.8399, "hsdp": 0.8399})
     allocator_slack: float = 0.05  # reserved above allocated, fraction of allocated
     cuda_context_bytes: int = 500 * MIB
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
     # HBM-equivalent bytes of the elementwise work inside the blocks per byte they save for backward
-    activation_traffic: float = 8.863
+    activation_traffic: float = 8.876
     # the same with every block compiled (torch.compile): Inductor fuses the elementwise work
     compiled_activation_traffic: float = COMPILED_ACTIVATION_TRAFFIC
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->

@@ -20,15 +20,18 @@
   the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 12+4, nll gradient 4, log_softmax
   backward 12+4, cast back 4+2 = 48 bytes; a vocabulary row of 128k-152k fp32 logits does not fit in
   shared memory, so PyTorch's cunn_SoftMaxForward reads it three times (max, sum of exp, write) and
-  cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each weight to bf16 (4+2)
-  and its bf16 gradient to fp32 (2+4) into the bucket (4+4): 20 bytes per parameter. FSDP2 (bf16
+  cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each
+  weight to bf16 (4+2), its bf16 gradient back to fp32 (2+4), and DDP copies that into the bucket (4+4).
+  FSDP2 (bf16
   parameters for compute, fp32 shards and gradients) per all-gather casts its fp32 shard into the bf16
   all-gather buffer (4+2 per shard parameter: params / shard group) and copies the output into the
   unsharded parameters (2+2 per parameter); per step it copies the bf16 gradients into the fp32
   reduce-scatter input (2+4 per parameter, torch's chunk_cat), and a reduce-scatter of one rank (a
   single GPU) is NCCL copying that input to the output (4+4). Traced on one H200 (llama3.2-3b zero3,
-  docs/results/2026-12-02-h200x1/kernels/run18): the cast 11.8 ms, chunk_cat 9.6, the one-rank copy 12.4
-  per step, where the model had 4 bytes per parameter per gather (6.8 ms) and nothing else.
+  docs/results/2026-12-02-h200x1/kernels/run18): the cast 11.8 ms, chunk_cat 9.6, the device-to-device
+  copies (on one rank the copy-out too) 12.4 per step, where the model had 4 bytes per parameter per
+  gather (6.8 ms) and nothing else. Each of these copies is priced at the rate it reaches alone (the
+  constants below): the bf16 -> fp32 ones at about half the memory-bound rate.
 - the blocks' elementwise traffic (below) is split evenly between forward and backward. Measured, the
   backward takes more: on one H200 the backward of five Llama shapes (benchmarks/bucket_ready.py) took
   what this split gives it plus 0.06-0.23 (mean 0.16) of that traffic, and profiler traces of the
@@ -80,12 +83,31 @@ from topowise.errors import UsageError
 from topowise.run import Run
 
 ADAMW_FUSED_BYTES_PER_PARAM = 28  # see the module docstring
-AUTOCAST_BYTES_PER_PARAM = 6 + 6 + 8  # weight cast, weight-gradient cast, accumulate into the bucket
-AUTOCAST_FORWARD_BYTES_PER_PARAM = 6  # of which the forward's: the weight cast
-FSDP_COPY_OUT_BYTES_PER_PARAM = 4  # per all-gather pass
-FSDP_CAST_BYTES_PER_SHARD_PARAM = 6  # per all-gather pass, fp32 shard into the bf16 buffer
-FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM = 6  # per step, bf16 gradients into the fp32 reduce-scatter input
-ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM = 8  # per step, NCCL's copy of one rank's fp32 input
+# The copies a strategy makes per parameter: (bytes per element, rate as a share of the memory-bound
+# rate), each timed alone over five models' parameter shapes on one H200 against the fused AdamW in the
+# same process (benchmarks/copy_rates.py, docs/results/2026-12-02-h200x1/copies/run19). A bf16 -> fp32
+# copy runs at half the rate: PyTorch's dtype-converting copy is an unrolled kernel loading 2 bytes at a
+# time, and torch._chunk_cat into fp32 is as slow; the fp32 -> bf16 cast has a vectorized kernel.
+CAST_DOWN = (6, 1.087)  # fp32 -> bf16: autocast's weight cast, FSDP2's shard into the all-gather buffer
+CAST_UP = (6, 0.528)  # bf16 -> fp32: autocast's weight gradient back to the parameter's dtype
+BUCKET_COPY = (8, 1.093)  # DDP: torch.mul(grad, 1 / world, out=bucket view)
+CHUNK_CAT = (6, 0.487)  # FSDP2: the bf16 gradients into the fp32 reduce-scatter input
+COPY_OUT = (4, 1.035)  # FSDP2: the all-gather output into the parameters (split_with_sizes_copy)
+DEVICE_COPY = (8, 1.188)  # a device-to-device copy of fp32: NCCL's reduce-scatter over one rank
+
+
+def at_rate(copy: tuple[float, float]) -> float:
+    """A copy's bytes per element as bytes at the memory-bound rate (Profile.hbm_efficiency's)."""
+    nbytes, share = copy
+    return nbytes / share
+
+
+AUTOCAST_BYTES_PER_PARAM = at_rate(CAST_DOWN) + at_rate(CAST_UP) + at_rate(BUCKET_COPY)
+AUTOCAST_FORWARD_BYTES_PER_PARAM = at_rate(CAST_DOWN)  # of which the forward's: the weight cast
+FSDP_COPY_OUT_BYTES_PER_PARAM = at_rate(COPY_OUT)  # per all-gather pass
+FSDP_CAST_BYTES_PER_SHARD_PARAM = at_rate(CAST_DOWN)  # per all-gather pass, fp32 shard into the bf16 buffer
+FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM = at_rate(CHUNK_CAT)  # per step
+ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM = at_rate(DEVICE_COPY)  # per step, one GPU only
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
 ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the forward's (see the docstring)
