@@ -1,18 +1,21 @@
 """One H200's runs predicted by the cost model now and as it was before the kernel-level terms.
 
-    python benchmarks/attention_accuracy.py [--out docs/results/2026-12-02-h200x1/kernels/accuracy]
+    python benchmarks/attention_accuracy.py [--out docs/results/2026-12-02-h200x1/design/accuracy]
 
-The records: the step-time fit's runs (docs/results/2026-12-02-h200x1/model-change/fit: llama3.2-1b and
-qwen2.5-0.5b at 1 x 8192, and their 128-token floors), the compiled twins the compiled traffic is fitted
-from (timelines/run8/compiled), and runs no fit saw: model-change/heldout (the 0.95B, 2.46B GQA and
-llama3.2-3b shapes), timelines/run9/heldout (eager and compiled twins of the 0.95B and 2.46B configs) and
-kernels/run16/long.jsonl (16k and 32k tokens). Two models: now (matmuls at compute_efficiency, the causal
-attention at Profile.attention_rate, FSDP2's cast and copies per parameter, the GPU terms fitted with
-them) and before (one rate for all FLOPs, 0.6612, traffic 10.03, compiled 8.0433, each fitted from the
-same records in that form, and FSDP2 costing 4 bytes per parameter per gather alone: step.py's three
-FSDP2 constants of today set to 0). Runs predicted host-bound, and runs whose timed steps spread over
-5% (as calibrate leaves them out), are not in the tables. Writes OUT/accuracy.md (every run, both
-predictions) and prints the summary last.
+The records: the classic step-time fit's runs (docs/results/2026-12-02-h200x1/model-change/fit:
+llama3.2-1b and qwen2.5-0.5b at 1 x 8192, and their 128-token floors) with the compiled twins the
+compiled traffic is fitted from (timelines/run8/compiled); runs no fit saw: model-change/heldout (the
+0.95B, 2.46B GQA and llama3.2-3b shapes), timelines/run9/heldout (eager and compiled twins of the 0.95B
+and 2.46B configs) and kernels/run16/long.jsonl (16k and 32k tokens); and four of those shapes measured
+again (design/run22/heldout). The default profile's eager rates are the designed fit's
+(design/run22/fit: four config shapes none of these share), so for it the classic fit's runs
+are unseen too. Two models: now (the default profile: matmuls at compute_efficiency, the causal
+attention at Profile.attention_rate, the per-parameter copies at their measured rates) and before (one
+rate for all FLOPs, 0.6612, traffic 10.03, compiled 8.0433, each fitted from the classic fit's records in
+that form, FSDP2 costing 4 bytes per parameter per gather alone: step.py's other FSDP2 constants set to
+0, and every copy at the memory-bound rate). Runs predicted host-bound, and runs whose timed steps
+spread over 5% (as calibrate leaves them out), are not in the tables. Writes OUT/accuracy.md (every run,
+both predictions) and prints the summary last.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ from topowise.measure.records import read_records  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
 
 H200 = ROOT / "docs" / "results" / "2026-12-02-h200x1"
-SETS = {"fit": [H200 / "model-change/fit/train.jsonl", H200 / "model-change/fit/train-1b.jsonl",
+SETS = {"classic fit": [H200 / "model-change/fit/train.jsonl", H200 / "model-change/fit/train-1b.jsonl",
                 H200 / "model-change/fit/train-compiled.jsonl", H200 / "timelines/run8/compiled/train.jsonl"],
         "held out": [H200 / "model-change/heldout/train.jsonl", H200 / "model-change/heldout/train-0.95b.jsonl",
                      H200 / "model-change/heldout/train-compiled.jsonl", H200 / "timelines/run9/heldout/train.jsonl",
-                     H200 / "kernels/run16/long.jsonl"]}
+                     H200 / "kernels/run16/long.jsonl"],
+        "held out, again": [H200 / "design/run22/heldout/train.jsonl"]}
 # the default profile's GPU terms before the attention term, fitted in that form from the same records
 BEFORE_FSDP = ("FSDP_CAST_BYTES_PER_SHARD_PARAM", "FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM",
                "ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM")
@@ -52,7 +56,7 @@ ONE_RATE = {"compute_efficiency": 0.6612, "activation_traffic": 10.03, "compiled
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(H200 / "kernels" / "accuracy"))
+    parser.add_argument("--out", default=str(H200 / "design" / "accuracy"))
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     predict_one = predictor(load_topology("h200-x2"))  # one GPU of it: the records ran on one H200

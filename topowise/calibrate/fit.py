@@ -38,6 +38,7 @@ from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
 from topowise.errors import UsageError
+from topowise.measure.records import steady_peak_bytes
 from topowise.models.spec import ModelSpec, load_model
 from topowise.run import STEP_PHASES, STRATEGY_NAMES
 from topowise.units import GIB, KIB, MIB, busbw_factor
@@ -325,7 +326,7 @@ def observation_from(r: dict) -> Observation:
         world_size=int(r["world_size"]),
         shard_group_size=r.get("shard_group_size") if r["strategy"] == "hsdp" else None,
         step_time_s=float(r.get("step_time_s") or 0.0),
-        peak_allocated_bytes=r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes"),
+        peak_allocated_bytes=steady_peak_bytes(r),
         reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
         host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"),
         model_source=r.get("model_source"), model_spec=spec, compile=bool(r.get("compile")),

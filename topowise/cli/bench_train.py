@@ -244,8 +244,9 @@ def train_table(records: list[dict]):
 
 def prediction_table(records: list[dict]):
     """The cost model's step time and allocated memory beside the measured ones (the memory measured
-    over the timed steps, the one the error is of); None when no record has a prediction."""
+    in the last timed step, the one the error is of); None when no record has a prediction."""
     from topowise.cli.console import column
+    from topowise.measure.records import steady_peak_bytes
 
     rows = [r for r in records if "step_time_s" in (r.get("predicted") or {})]
     if not rows:
@@ -256,7 +257,7 @@ def prediction_table(records: list[dict]):
         column(table, header, justify="right")
     for r in rows:
         pred = r["predicted"]
-        measured_mem = r.get("steady_peak_memory_bytes") or r.get("peak_memory_bytes")
+        measured_mem = steady_peak_bytes(r)
         table.add_row(r["strategy"], _fmt(pred["step_time_s"], 1e3), _fmt(r["step_time_s"], 1e3),
                       _pct(pred.get("step_time_error")),
                       _fmt(pred.get("allocated_bytes", pred.get("peak_memory_bytes")), 1 / GIB, "{:.2f}"),

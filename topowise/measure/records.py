@@ -59,6 +59,19 @@ def done_keys(path: str | os.PathLike, key_fn: Callable[[dict], Hashable | None]
     return keys
 
 
+def steady_peak_bytes(record: dict) -> int | None:
+    """The allocated peak of a steady step: the last timed step's. DDP rebuilds its gradient buckets after
+    the first iteration and keeps the old ones for one to four steps, one more fp32 gradient copy (75 of
+    the 99 ddp and zero1 runs on one H200; docs/calibration.md, "A designed calibration on one GPU");
+    after two warm-up steps that can reach into the timed ones. The cost model counts that transient apart
+    (MemoryBreakdown.first_steps_extra_bytes). Records without per-step peaks: their timed steps' peak,
+    else the whole run's."""
+    steps = record.get("step_peak_memory_bytes")
+    if steps:
+        return steps[-1]
+    return record.get("steady_peak_memory_bytes") or record.get("peak_memory_bytes")
+
+
 def relative_error(predicted: float | None, measured: float | None) -> float | None:
     """predicted / measured - 1, the error every record and table reports; None without both."""
     if predicted is None or not measured:

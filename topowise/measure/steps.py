@@ -246,7 +246,7 @@ def step_result(case: TrainCase, rank, times: list[float], losses: list, measure
     cuda = case.device == "cuda"
     if cuda:
         step_peaks = step_peaks or [torch.cuda.max_memory_allocated()] * len(times)
-        steady = max(step_peaks[case.warmup:] or step_peaks)
+        steady = step_peaks[-1]  # the last timed step's (measure.records.steady_peak_bytes says why)
         memory = torch.tensor([max(step_peaks + [torch.cuda.max_memory_allocated()]),
                                torch.cuda.max_memory_reserved(), steady, *step_peaks],
                               dtype=torch.float64, device=rank.device)
@@ -267,7 +267,7 @@ def step_result(case: TrainCase, rank, times: list[float], losses: list, measure
         "losses": loss_t.tolist(),
         "peak_memory_bytes": int(memory[0]) if cuda else None,  # whole run, warm-up included
         "reserved_bytes": int(memory[1]) if cuda else None,
-        # the timed steps alone: what the cost model's steady-state step describes
+        # the last timed step: what the cost model's steady-state step describes
         "steady_peak_memory_bytes": int(memory[2]) if cuda else None,
         "step_peak_memory_bytes": [int(x) for x in memory[3:].tolist()] if cuda else None,
         "measured_peak_flops": measured_peak,

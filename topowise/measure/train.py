@@ -25,7 +25,7 @@ from pathlib import Path
 
 from topowise.errors import UsageError
 from topowise.measure import launcher
-from topowise.measure.records import append_record, relative_error
+from topowise.measure.records import append_record, relative_error, steady_peak_bytes
 from topowise.models.spec import ModelSpec, load_model
 from topowise.run import (
     ENGINES,
@@ -380,7 +380,7 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
         # the cost model describes a steady-state step, so it is compared with the timed steps' peak
         predicted["peak_memory_error"] = relative_error(
             predicted.get("allocated_bytes", predicted.get("peak_memory_bytes")),
-            result.get("steady_peak_memory_bytes") or result.get("peak_memory_bytes"))
+            steady_peak_bytes(result))
     record = {
         "kind": "train",
         "strategy": run.strategy,

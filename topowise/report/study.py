@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from topowise.costmodel.predict import predict
 from topowise.errors import UsageError
+from topowise.measure.records import steady_peak_bytes
 from topowise.models.spec import ModelSpec
 from topowise.planner.search import plan
 from topowise.report.breakdown import StepBreakdown, read_breakdowns
@@ -641,7 +642,7 @@ def measure_live(model: ModelSpec, topo: Topology, gpus: tuple[int, ...], *, seq
             continue
         ok = rec.get("status") == "ok"
         rows.append(Measured(strategy, str(rec.get("status")), rec.get("step_time_s") if ok else None,
-                             (rec.get("steady_peak_memory_bytes") or rec.get("peak_memory_bytes")) if ok else None,
+                             steady_peak_bytes(rec) if ok else None,
                              pred_t, pred_m))
     return MeasuredRun(model.name, topo.name, tuple(gpus), micro_batch, seq_len, shown, tuple(rows), trace_dir or "",
                        read_breakdowns(trace_dir, latest, strategies) if trace_dir else ())
