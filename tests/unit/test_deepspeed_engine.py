@@ -81,3 +81,53 @@ def test_deepspeed_buckets_follow_the_fabric_of_the_run(monkeypatch):
     with pytest.raises(Initialized):
         deepspeed_engine.train_deepspeed(case, types.SimpleNamespace(world_size=2, rank=0, device="cpu"))
     assert seen == ["pcie"]
+
+
+def test_deepspeed_steps_time_the_host_by_phase(monkeypatch, tmp_path):
+    """The engine's steps are timed phase by phase as the PyTorch engine's: host seconds in forward,
+    backward and optimizer go into the result (the host term's measurement), with a stand-in DeepSpeed
+    whose engine runs the model on a CPU process group of one."""
+    import dataclasses
+    import types
+
+    import torch
+    import torch.distributed as dist
+
+    from topowise.measure import deepspeed_engine, steps
+
+    calls = []
+
+    class Engine:
+        def __init__(self, model, optimizer):
+            self.model, self.optimizer = model, optimizer
+
+        def __call__(self, tokens):
+            calls.append("forward")
+            return self.model(tokens)
+
+        def backward(self, loss):
+            calls.append("backward")
+            loss.backward()
+
+        def step(self):
+            calls.append("step")
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def initialize(model, optimizer, config):
+        return Engine(model, optimizer), None, None, None
+
+    fake = types.SimpleNamespace(__version__="0", initialize=initialize)
+    monkeypatch.setitem(sys.modules, "deepspeed", fake)
+    req = train.make_request(model="tiny", strategies="zero2", device="cpu", seq_len=16, steps=2, warmup=1)
+    case = dataclasses.replace(req.cases[0], run=dataclasses.replace(req.cases[0].run, engine="deepspeed"))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        rank = types.SimpleNamespace(world_size=1, rank=0, device=torch.device("cpu"))
+        result = deepspeed_engine.train_deepspeed(case, rank)
+    finally:
+        dist.destroy_process_group()
+    assert calls == ["forward", "backward", "step"] * 3
+    assert set(result["host_phase_s"]) == {"forward", "backward", "optimizer"}
+    assert all(t > 0 for t in result["host_phase_s"].values())
+    assert len(result["step_times_s"]) == 2 and steps.STEP_PHASES == ("forward", "backward", "optimizer")
