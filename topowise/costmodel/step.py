@@ -22,9 +22,8 @@
   shared memory, so PyTorch's cunn_SoftMaxForward reads it three times (max, sum of exp, write) and
   cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each
   weight to bf16 (4+2), its bf16 gradient back to fp32 (2+4), and DDP copies that into the bucket (4+4).
-  FSDP2 (bf16
-  parameters for compute, fp32 shards and gradients) per all-gather casts its fp32 shard into the bf16
-  all-gather buffer (4+2 per shard parameter: params / shard group) and copies the output into the
+  FSDP2 (bf16 parameters for compute, fp32 shards and gradients) per all-gather casts its fp32 shard into
+  the bf16 all-gather buffer (4+2 per shard parameter: params / shard group) and copies the output into the
   unsharded parameters (2+2 per parameter); per step it copies the bf16 gradients into the fp32
   reduce-scatter input (2+4 per parameter, torch's chunk_cat), and a reduce-scatter of one rank (a
   single GPU) is NCCL copying that input to the output (4+4). Traced on one H200 (llama3.2-3b zero3,
