@@ -377,7 +377,7 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
     predicted = dict(expected.predicted)
     if ok and "step_time_s" in predicted:
         predicted["step_time_error"] = relative_error(predicted["step_time_s"], step)
-        # the cost model describes a steady-state step, so it is compared with the timed steps' peak
+        # the cost model describes a steady-state step, so it is compared with the last timed step's peak
         predicted["peak_memory_error"] = relative_error(
             predicted.get("allocated_bytes", predicted.get("peak_memory_bytes")),
             steady_peak_bytes(result))
