@@ -69,3 +69,20 @@ def test_the_plan_says_when_the_spread_flips_the_order():
     big = plan(load_model("llama3.2-1b"), X2, micro_batches=(1,), seq_len=8192, top=2)
     assert not any(p.prediction.host_bound for p in big.plans)
     assert explain.within_host_spread(big.plans[0].prediction, big.plans[1].prediction) is None
+
+
+def test_the_plan_says_when_two_gpu_bound_candidates_are_within_the_models_error():
+    """llama3.2-1b on 2x H200: zero3 within 2% of zero2, both GPU-bound; llama3.2-3b's runner-up is 4% behind."""
+    close = plan(load_model("llama3.2-1b"), X2, micro_batches=(1,), seq_len=8192, top=2)
+    a, b = (p.prediction for p in close.plans)
+    note = explain.within_model_error(a, b)
+    assert not (a.host_bound or b.host_bound) and a.tokens_per_s / b.tokens_per_s - 1 < explain.UNSETTLED_GAP
+    assert note is not None and "measure both" in note and note in close.plans[0].why
+    apart = plan(load_model("llama3.2-3b"), X2, micro_batches=(1,), seq_len=4096, top=2)
+    a, b = (p.prediction for p in apart.plans)
+    assert a.tokens_per_s / b.tokens_per_s - 1 > explain.UNSETTLED_GAP
+    assert explain.within_model_error(a, b) is None and "measure both" not in apart.plans[0].why
+    # host-bound candidates get the host's range instead
+    host = plan(load_model("qwen2.5-0.5b"), X2, micro_batches=(1,), seq_len=4096, top=2)
+    assert host.plans[0].prediction.host_bound or host.plans[1].prediction.host_bound
+    assert explain.within_model_error(host.plans[0].prediction, host.plans[1].prediction) is None
