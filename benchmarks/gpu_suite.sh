@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
 #   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
-# Stages: topo comm train plain gputests stall host trace study calibrate validate deepspeed. Each stage has its own time limit so
+# Stages: topo comm train plain gputests stall host trace study calibrate validate calibrate-design
+# validate-design deepspeed. Each stage has its own time limit so
 # one hang cannot eat the rest; everything lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz.
 # The multicast switches of the machine (NCCL_NVLS_ENABLE=0, ...) are inherited, never changed.
 set -u
@@ -53,6 +54,11 @@ for stage in "$@"; do
       T 240 python3 -m topowise calibrate --out "$R/profile.json" > "$R/calibrate.txt" 2>&1 ;;
     validate)  # PROFILE=path picks a profile calibrated in an earlier run
       T 420 python3 -m topowise validate --profile "${PROFILE:-$R/profile.json}" --out "$R/validate.jsonl" > "$R/validate.txt" 2>&1 ;;
+    calibrate-design)  # the designed calibration (calibrate/design.py)
+      T 240 python3 -m topowise calibrate --design --out "$R/profile-design.json" > "$R/calibrate-design.txt" 2>&1 ;;
+    validate-design)  # its validation with compiled twins; ROUND=n names the repeat (one per call: about 6 min)
+      T 540 python3 -m topowise validate --design --compile --profile "${PROFILE:-$R/profile-design.json}" \
+        --out "$R/validate-design-${ROUND:-1}.jsonl" > "$R/validate-design-${ROUND:-1}.txt" 2>&1 ;;
     deepspeed)  # DeepSpeed and its few missing dependencies travel as wheels in .whl/ (docs/deepspeed.md)
       ( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
         export PYTHONPATH=/tmp/site:$PYTHONPATH DS_BUILD_OPS=0 &&

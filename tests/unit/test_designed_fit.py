@@ -1,6 +1,6 @@
 """The default profile's eager GPU rates are the designed calibration's fit on one H200
 (docs/results/2026-12-02-h200x1/design/run22): four Llama-style configs (topowise/calibrate/design.py)
-at their design shapes, no communication; every other one-GPU run is held out from it."""
+at their design shapes, no communication; no other one-GPU run is in it."""
 
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ from topowise.calibrate.fit import get_param, set_param
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec, spec_from_hf_config
+from topowise.run import STRATEGY_NAMES
 
 CONFIGS: dict[str, dict] = {
     name: {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
@@ -63,6 +64,31 @@ DESIGN: tuple[tuple[str, int, int, tuple[str, ...], tuple[str, ...]], ...] = (
     ("cal-h1024-l16", 1, HOST_FLOOR_TOKENS, NON_HSDP, ("nvlink",)),
 )
 DESIGN_PARAMS = ("compute_efficiency", "activation_traffic", *(f"overlap.{s}" for s in NON_HSDP))
+
+# The designed validation: blocks no designed calibration model has (width, heads, MLP and vocabulary
+# together; llama3.2-1b's is cal-h2048-l8's and the 0.37B config's cal-h1024's, so neither is here): two
+# configs (the 0.95B and 2.46B GQA Llama-style shapes of benchmarks/configs, written into the records folder
+# as the calibration's are) and two presets; micro-batches 1-8, sequences 1024-8192, every strategy, both
+# fabrics, per-op selective checkpointing on four cases and, with --compile, eight compiled twins.
+VALIDATION_CONFIGS: dict[str, dict] = {
+    name: dict(CONFIGS["cal-h1024-l8"], hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads,
+               num_key_value_heads=kv, intermediate_size=mlp, vocab_size=vocab, tie_word_embeddings=False,
+               max_position_embeddings=context)
+    for name, h, layers, heads, kv, mlp, vocab, context in (
+        ("llama-0.95b", 2048, 16, 16, 16, 5632, 32000, 4096),
+        ("llama-2.46b-gqa", 2560, 32, 20, 4, 6912, 50304, 8192),
+    )}
+VALIDATION: tuple[tuple[str, int, int, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("llama-0.95b", 4, 2048, NON_HSDP, ("nvlink", "pcie")),
+    ("llama3.2-3b", 1, 4096, STRATEGY_NAMES, ("nvlink", "pcie")),
+    ("llama-2.46b-gqa", 2, 2048, ("ddp", "zero3"), ("nvlink", "pcie")),
+    ("qwen2.5-0.5b", 8, 1024, ("ddp", "zero2"), ("nvlink", "pcie")),
+    ("llama-2.46b-gqa", 1, 8192, ("ddp", "zero2", "zero3"), ("nvlink",)),
+)
+SELECTIVE_VALIDATION = (("llama3.2-3b", 1, 4096, ("ddp", "zero3")), ("llama-0.95b", 4, 2048, ("zero2", "zero3")))
+COMPILED_VALIDATION = (("llama-0.95b", 4, 2048, ("ddp", "zero3"), ("nvlink", "pcie")),
+                       ("llama3.2-3b", 1, 4096, ("zero2", "zero3"), ("nvlink",)),
+                       ("llama-2.46b-gqa", 2, 2048, ("ddp", "zero3"), ("nvlink",)))
 PINNED = 0.01  # a run moves with a parameter when 1% of it moves the predicted step by 1% x this
 # seconds to build and wrap one case's model before its steps: an estimate for the budget check, not a
 # measurement (the first warm-up steps of 0.4-1.2B models on one H200 took 0.3-0.6 s over a steady one)
@@ -73,10 +99,10 @@ def design_models() -> dict[str, ModelSpec]:
     return {name: spec_from_hf_config(cfg, name=name) for name, cfg in CONFIGS.items()}
 
 
-def write_configs(folder: Path) -> dict[str, str]:
+def write_configs(folder: Path, configs: dict[str, dict] = CONFIGS) -> dict[str, str]:
     """Each design model's config.json under folder/configs/<name>/; name -> its path."""
     paths = {}
-    for name, cfg in CONFIGS.items():
+    for name, cfg in configs.items():
         path = folder / "configs" / name / "config.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cfg, indent=1) + "\n")
@@ -109,6 +135,26 @@ def designed_plan(folder: Path, compile: bool = False) -> Plan:
                        for m, mb, seq, strategies in COMPILED_DESIGN for s in strategies)
     return replace(GPU_CALIBRATION, cases=cases, warmup=2, steps=4,
                    hbm_passes=(paths["cal-h2048-l8"], 128256, 8192))
+
+
+def validation_cases(paths: dict[str, str] | None = None, compile: bool = False) -> tuple[Case, ...]:
+    """The designed validation's cases; `paths` maps a config model to its file (default: its name)."""
+    paths = paths or {}
+    cases = tuple(Case(paths.get(m, m), s, mb, seq, f)
+                  for m, mb, seq, strategies, fabrics in VALIDATION for f in fabrics for s in strategies)
+    cases += tuple(Case(paths.get(m, m), s, mb, seq, "nvlink", "selective")
+                   for m, mb, seq, strategies in SELECTIVE_VALIDATION for s in strategies)
+    if compile:
+        cases += tuple(Case(paths.get(m, m), s, mb, seq, f, compile=True)
+                       for m, mb, seq, strategies, fabrics in COMPILED_VALIDATION for f in fabrics for s in strategies)
+    return cases
+
+
+def designed_validation_plan(folder: Path, compile: bool = False) -> Plan:
+    """The GPU validation plan with the designed cases (configs written into `folder`)."""
+    from topowise.calibrate.cases import GPU_VALIDATION
+
+    return replace(GPU_VALIDATION, cases=validation_cases(write_configs(folder, VALIDATION_CONFIGS), compile))
 
 
 @dataclass(frozen=True)

@@ -150,8 +150,11 @@ class Validation:
 
 def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot: str | None,
              make_plot: bool = True, measured: str | None = None, timeout_s: float = 600.0,
-             progress: Callable[[str], None] | None = None, topology=None, plan: Plan | None = None) -> Validation:
-    """Measure the validation cases (or read `measured`, a train JSONL), predict each, compare."""
+             progress: Callable[[str], None] | None = None, topology=None, plan: Plan | None = None,
+             design: bool = False, compile: bool = False) -> Validation:
+    """Measure the validation cases (or read `measured`, a train JSONL), predict each, compare. `design`: the
+    designed validation (calibrate/design.py; its configs written into the records folder), `compile` with
+    compiled twins."""
     started = time.monotonic()
     out_path = Path(out) if out else None
     problems: list[str] = []
@@ -170,12 +173,16 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
         measured_path = measured
     else:
         topo = topology or live_topology(device, nproc)
-        plan = plan or validation_plan(device)
         folder = (out_path.with_name(out_path.stem + "-records") if out_path else Path("topowise-validation-records"))
         if (folder / RECORD_FILES["train"]).exists():
             raise UsageError(f"{folder} already holds measurements: re-evaluate them with --measured "
                              f"{folder / RECORD_FILES['train']}, or choose another --out")
         folder.mkdir(parents=True, exist_ok=True)
+        if plan is None and design and device == "cuda":
+            from topowise.calibrate.design import designed_validation_plan
+
+            plan = designed_validation_plan(folder, compile)
+        plan = plan or validation_plan(device, compile)
         fp = machine_fingerprint(device)
         (folder / META_FILE).write_text(json.dumps({
             "fingerprint": fingerprint_text(fp) if fp else "", "topology": topo.to_dict(), "device": device,

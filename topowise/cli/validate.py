@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit 1 when the accuracy target is missed (any item of the `target:` line is no)")
     parser.add_argument("--compile", action="store_true",
                         help="also measure compiled twins of the GPU cases (torch.compile of each block)")
+    parser.add_argument("--design", action="store_true",
+                        help="the designed validation: 33 cases (41 with --compile) of shapes the designed "
+                             "calibration never runs, micro-batches 1-8, both fabrics (calibrate/design.py)")
     parser.add_argument("--json", action="store_true", help="print the cases and the summary as JSON")
 
 
@@ -70,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.compile and (args.measured or device != "cuda"):
         raise UsageError("--compile adds compiled GPU cases to what validate measures: it applies on a GPU machine, "
                          "not with --measured (whose records say whether they were compiled) or --device cpu")
+    if args.design and (args.measured or device != "cuda"):
+        raise UsageError("--design chooses the GPU cases validate measures: it applies on a GPU machine, not with "
+                         "--measured (the records are the cases) or --device cpu")
     if args.profile:
         profile, where = load_profile(args.profile), args.profile
     else:
@@ -86,12 +92,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         check_profile_for_machine(profile, machine_fingerprint(device), where, args.force_profile)
     progress = None if args.json else (lambda line: print(line, flush=True))
-    from topowise.calibrate.cases import validation_plan
-
     result = validate(profile=profile, device=device, nproc=nproc, out=args.out, plot=args.plot,
                       make_plot=not args.no_plot, measured=args.measured, timeout_s=args.timeout,
-                      progress=progress, topology=topology,
-                      plan=validation_plan(device, compile=True) if args.compile else None)
+                      progress=progress, topology=topology, design=args.design, compile=args.compile)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -113,9 +113,9 @@ H200_MODEL_FIT = ("the designed calibration's training shapes on one H200 (four 
                   "`python benchmarks/compile_accuracy.py --dir docs/results/2026-12-02-h200x1/design/run22 "
                   "--fit-eager`): least squares of predicted vs measured step time over its 6 steady GPU-bound runs, "
                   "the causal attention at its measured rate (attention_efficiency) and the casts and copies per "
-                  "parameter at their measured rates (step.py), rms error 0.9%, worst 1.5%; no one-GPU run of "
-                  "another architecture in it: 21 eager GPU-bound runs of seven (llama3.2-1b, qwen2.5-0.5b, "
-                  "llama3.2-3b, 0.37B, 0.95B and 2.46B GQA configs; 1024-32768 tokens) mean 1.6%, worst 4.0% "
+                  "parameter at their measured rates (step.py), rms error 0.9%, worst 1.5%; no earlier one-GPU run "
+                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 1.6%, worst 4.0%, of which the 12 whose "
+                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 2.1% / 4.0% "
                   "(`python benchmarks/attention_accuracy.py`, docs/results/2026-12-02-h200x1/design/accuracy)")
 # Causal flash attention (F.scaled_dot_product_attention, cuDNN's kernel first) runs slower than the
 # matmuls and faster at longer sequences: timed alone on one H200 at the bench transformer's shapes
