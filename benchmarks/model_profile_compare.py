@@ -6,7 +6,8 @@ benchmarks/model_profile_1gpu.sh: one markdown table, to stdout.
 DIR holds profile-*.json and train.jsonl. Each profile predicts the one-GPU run (GPU 0 of the
 topology) of every strategy it profiled; bench train's record of the same model, micro-batch and
 strategy is the measurement: its median step time and its steady-step peak allocated memory
-(torch.cuda.max_memory_allocated) against the prediction's allocated bytes.
+(torch.cuda.max_memory_allocated in the last timed step, measure.records.steady_peak_bytes) against the
+prediction's allocated bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profiled import load_model_profile, profiled_model
+from topowise.measure.records import steady_peak_bytes
 from topowise.run import Run
 from topowise.topology import load_topology
 
@@ -36,7 +38,7 @@ def rows(folder: Path, topology: str) -> list[dict]:
             rec = next((t for t in train if t["model"] == model.name and t["micro_batch"] == mp.micro_batch
                         and t["strategy"] == strategy and t["status"] == "ok"), None)
             measured = rec["step_time_s"] if rec else None
-            mem = rec.get("steady_peak_memory_bytes") or rec.get("peak_memory_bytes") if rec else None
+            mem = steady_peak_bytes(rec) if rec else None
             out.append({"model": model.name, "micro_batch": mp.micro_batch, "strategy": strategy,
                         "predicted_s": pred.step_time_s, "measured_s": measured,
                         "step_error": pred.step_time_s / measured - 1 if measured else None,
