@@ -26,7 +26,6 @@ The cost model's DeepSpeed terms (topowise.costmodel.deepspeed) assume the same.
 from __future__ import annotations
 
 import os
-import time
 
 from topowise.measure.train import DEEPSPEED_INSTALL_HINT
 
@@ -75,7 +74,6 @@ def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
     os.environ.setdefault("DS_ACCELERATOR", device_type)
     os.environ.setdefault("DS_BUILD_OPS", "0")
     import torch.nn.functional as F
-    from torch.profiler import record_function
 
     try:
         import deepspeed
@@ -98,21 +96,12 @@ def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
     inputs, targets = steps.synthetic_batches(case, rank.rank, case.run.model.vocab_size, rank.device)
     host: list[tuple[float, float, float]] = []  # per step: host seconds in forward, backward, optimizer
 
-    # the phases timed and named as the PyTorch engine's (steps.train_pytorch), for the host term and --trace
-    def one_step(step: int):
-        t0 = time.perf_counter()
-        with record_function("topowise.forward"):
-            logits = engine(inputs[step])  # bf16 weights: bf16 logits, as FSDP2's
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
-            del logits
-        t1 = time.perf_counter()
-        with record_function("topowise.backward"):
-            engine.backward(loss)
-        t2 = time.perf_counter()
-        with record_function("topowise.optimizer"):
-            engine.step()  # optimizer step and zero_grad
-        host.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
-        return loss
+    def forward(step: int):
+        logits = engine(inputs[step])  # bf16 weights: bf16 logits, as FSDP2's
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
+
+    def one_step(step: int):  # engine.step(): the optimizer step and zero_grad
+        return steps.phased_step(host, lambda: forward(step), engine.backward, engine.step)
 
     peaks: list[int] = []
     times, losses = steps.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir)

@@ -108,7 +108,6 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
         return train_callable(case, rank, trace_dir)
     import torch
     import torch.nn.functional as F
-    from torch.profiler import record_function
 
     device_type = "cuda" if case.device == "cuda" else "cpu"
     measured_peak, model = prepare_case(case, rank)
@@ -125,29 +124,43 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
 
     host: list[tuple[float, float, float]] = []  # per step: host seconds in forward, backward, optimizer
 
-    # Named ranges for the profiler's timeline (--trace); a flag check when it is off.
+    def forward(step: int):
+        with autocast:
+            logits = wrapped(inputs[step])
+        # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
+
+    def optimizer_step():
+        optimizer.step()
+        wrapped.zero_grad(set_to_none=True)
+
     def one_step(step: int):
-        t0 = time.perf_counter()
-        with record_function("topowise.forward"):
-            with autocast:
-                logits = wrapped(inputs[step])
-            # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
-            del logits
-        t1 = time.perf_counter()
-        with record_function("topowise.backward"):
-            loss.backward()
-        t2 = time.perf_counter()
-        with record_function("topowise.optimizer"):
-            optimizer.step()
-            wrapped.zero_grad(set_to_none=True)
-        host.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
-        return loss
+        return phased_step(host, lambda: forward(step), lambda loss: loss.backward(), optimizer_step)
 
     peaks: list[int] = []
     times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir)
     layout["host_phase_s"] = host_phases(host[case.warmup:], rank)
     return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks)
+
+
+def phased_step(host: list, forward: Callable, backward: Callable, optimizer: Callable):
+    """One training step in its three phases, each a named range of the profiler's timeline (--trace; a
+    flag check when it is off) and timed on the host: (forward, backward, optimizer) seconds appended to
+    `host`. Every engine's step goes through here, so the phases mean the same thing for each. `forward()`
+    returns the loss, `backward(loss)` and `optimizer()` return nothing; returns the loss."""
+    from torch.profiler import record_function
+
+    t0 = time.perf_counter()
+    with record_function("topowise.forward"):
+        loss = forward()
+    t1 = time.perf_counter()
+    with record_function("topowise.backward"):
+        backward(loss)
+    t2 = time.perf_counter()
+    with record_function("topowise.optimizer"):
+        optimizer()
+    host.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+    return loss
 
 
 def host_phases(per_step: list[tuple[float, float, float]], rank) -> dict[str, float]:
