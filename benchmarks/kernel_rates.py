@@ -3,15 +3,18 @@
     python benchmarks/kernel_rates.py --models llama3.2-1b,qwen2.5-0.5b --shapes 1x8192,2x4096 --out DIR
     python benchmarks/kernel_rates.py --fit DIR/kernel_rates.jsonl      # no GPU: the attention's rate form
 
-The cost model prices all FLOPs at one fitted rate. This times what that rate stands for, kernel by
-kernel, as the bench transformer issues them (topowise/models/transformer.py), in bf16 on random data:
+The cost model prices the matmuls at one fitted rate and the attention at its own. This times what
+those rates stand for, kernel by kernel, as the bench transformer issues them
+(topowise/models/transformer.py), in bf16 on random data:
 each block's five GEMMs (fused qkv, the output projection, gate, up, down) and the output layer, each
 as its forward (x W^T) and its backward's two GEMMs (g W, g^T x); and the causal attention
 (F.scaled_dot_product_attention, is_causal, enable_gqa where kv heads are fewer, q/k/v in the
 (batch, seq, heads, head_dim) layout transposed, cuDNN's kernel first as the model asks), its forward
 and its backward. Each is the GPU time of its kernels over `--reps` calls after `--warmup`, summed from
 torch.profiler's device events (a small call's host time, which CUDA events around a loop would
-count, does not). Per model and
+count, does not). Every call reuses one set of inputs, which may stay in the L2 cache between calls;
+with --cold the calls take their inputs in turn from enough sets that none is still cached, as in a
+training step (on one H200 it changed nothing: docs/results/2026-12-02-h200x1/clocks). Per model and
 shape it writes one JSON line to DIR/kernel_rates.jsonl: every kernel's seconds and FLOPs (attention's
 counted as topowise.costmodel.flops counts the flash kernel's work: causal, QK^T recomputed in backward),
 and the totals of one step's matmul and attention work; with --blocks also one whole block's forward and
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
+import math
 import socket
 import sys
 from pathlib import Path
@@ -43,34 +48,57 @@ from topowise.models.transformer import Block, _sdpa_kernels, rotary_tables  # n
 RESULTS_FILE = "kernel_rates.jsonl"
 
 
-def gemm_seconds(m: int, k: int, n: int, warmup: int, reps: int) -> dict[str, float]:
+def input_sets(make, cold: bool) -> itertools.cycle:
+    """The inputs of successive calls: one set, or with `cold` enough sets, taken in turn, that together
+    they exceed twice the L2 cache, so that a call reads its inputs from HBM as a training step does
+    (there the last call on these tensors was a whole layer ago), not from the cache its last call left
+    them in."""
+    first = make()
+    if not cold:
+        return itertools.cycle([first])
+    size = sum(t.numel() * t.element_size() for t in first)
+    n = min(64, 1 + math.ceil(2 * torch.cuda.get_device_properties(0).L2_cache_size / size))
+    return itertools.cycle([first] + [make() for _ in range(n - 1)])
+
+
+def gemm_seconds(m: int, k: int, n: int, warmup: int, reps: int, cold: bool = False) -> dict[str, float]:
     """Seconds of y = x W^T (x: m x k, W: n x k) and of its backward's dx = g W and dW = g^T x."""
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    g = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    return {"forward": kernel_seconds(lambda: x @ w.t(), warmup, reps),
-            "grad_input": kernel_seconds(lambda: g @ w, warmup, reps),
-            "grad_weight": kernel_seconds(lambda: g.t() @ x, warmup, reps)}
+    sets = input_sets(lambda: [torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                               torch.randn(n, k, device="cuda", dtype=torch.bfloat16),
+                               torch.randn(m, n, device="cuda", dtype=torch.bfloat16)], cold)
+
+    def call(fn):
+        return lambda: fn(*next(sets))
+    return {"forward": kernel_seconds(call(lambda x, w, g: x @ w.t()), warmup, reps),
+            "grad_input": kernel_seconds(call(lambda x, w, g: g @ w), warmup, reps),
+            "grad_weight": kernel_seconds(call(lambda x, w, g: g.t() @ x), warmup, reps)}
 
 
 def attention_seconds(batch: int, seq: int, heads: int, kv_heads: int, head_dim: int, warmup: int,
-                      reps: int) -> dict[str, float]:
+                      reps: int, cold: bool = False) -> dict[str, float]:
     """Seconds of the causal attention's forward and of its backward (input gradients of q, k, v)."""
     def make(h):
         return torch.randn(batch, seq, h, head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2) \
             .requires_grad_()
-    q, k, v = make(heads), make(kv_heads), make(kv_heads)
     gqa = {"enable_gqa": True} if kv_heads != heads else {}
 
-    def forward():
+    def attend(q, k, v, *_):
         with _sdpa_kernels():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
 
+    def make_set():  # q, k, v and the output's gradient, in the output's layout as autograd hands it over
+        q, k, v = make(heads), make(kv_heads), make(kv_heads)
+        with torch.no_grad():
+            return q, k, v, torch.randn_like(attend(q, k, v))
+
+    sets = input_sets(make_set, cold)
     with torch.no_grad():
-        fwd = kernel_seconds(forward, warmup, reps)
-    grad = torch.randn_like(forward())
-    both = kernel_seconds(lambda: torch.autograd.grad(forward(), (q, k, v), grad), warmup, reps)
-    return {"forward": fwd, "backward": max(both - fwd, 0.0)}
+        fwd = kernel_seconds(lambda: attend(*next(sets)), warmup, reps)
+
+    def both():
+        q, k, v, grad = next(sets)
+        return torch.autograd.grad(attend(q, k, v), (q, k, v), grad)
+    return {"forward": fwd, "backward": max(kernel_seconds(both, warmup, reps) - fwd, 0.0)}
 
 
 def kernel_seconds(fn, warmup: int, reps: int, by_kernel: dict | None = None) -> float:
@@ -119,7 +147,8 @@ def block_seconds(model, batch: int, seq: int, warmup: int, reps: int, bf16: boo
     return {"forward": fwd, "backward": both - fwd, "forward_kernels": fwd_kernels, "kernels": both_kernels}
 
 
-def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: bool = False) -> dict:
+def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: bool = False,
+            cold: bool = False) -> dict:
     model = load_model(name)
     if model.family != "llama":
         raise UsageError(f"{name}: kernel_rates.py times Llama-style blocks (got family {model.family!r})")
@@ -129,13 +158,14 @@ def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: boo
     shapes = {"qkv": (h, q + 2 * kv), "out": (q, h), "gate": (h, i), "up": (h, i), "down": (i, h)}
     gemms = {}
     for part, (k, n) in shapes.items():
-        gemms[part] = {"flops": 2.0 * tokens * k * n, "seconds": gemm_seconds(tokens, k, n, warmup, reps)}
+        gemms[part] = {"flops": 2.0 * tokens * k * n, "seconds": gemm_seconds(tokens, k, n, warmup, reps, cold)}
     gemms["head"] = {"flops": 2.0 * tokens * h * model.vocab_size,
-                     "seconds": gemm_seconds(tokens, h, model.vocab_size, warmup, reps)}
+                     "seconds": gemm_seconds(tokens, h, model.vocab_size, warmup, reps, cold)}
     per_token = 12.0 * model.num_heads * hd * seq  # one layer's attention_flops_per_token
     attention = {"flops": {"forward": FLASH_FORWARD_SHARE * per_token * tokens,
                            "backward": FLASH_BACKWARD_SHARE * per_token * tokens},
-                 "seconds": attention_seconds(batch, seq, model.num_heads, model.num_kv_heads, hd, warmup, reps)}
+                 "seconds": attention_seconds(batch, seq, model.num_heads, model.num_kv_heads, hd, warmup, reps,
+                                               cold)}
     layers = model.num_layers
     block_gemm_s = sum(sum(g["seconds"].values()) for p, g in gemms.items() if p != "head")
     block_gemm_flops = sum(3 * g["flops"] for p, g in gemms.items() if p != "head")
@@ -144,7 +174,7 @@ def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: boo
             "attention_s": layers * sum(attention["seconds"].values()),
             "attention_flops": layers * sum(attention["flops"].values())}
     out = {"model": model.name, "micro_batch": batch, "seq_len": seq, "tokens": tokens, "layers": layers,
-           "head_dim": hd, "gemms": gemms, "attention": attention, "step": step}
+           "head_dim": hd, "l2": "cold" if cold else "warm", "gemms": gemms, "attention": attention, "step": step}
     if blocks:
         out["block"] = block_seconds(model, batch, seq, warmup, reps)
         out["block_bf16"] = block_seconds(model, batch, seq, warmup, reps, bf16=True)
@@ -216,6 +246,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--blocks", action="store_true",
                         help="also one whole block's forward and backward, under autocast and in bf16")
+    parser.add_argument("--cold", action="store_true",
+                        help="each GEMM and attention call reads inputs that are not in the L2 cache (several "
+                             "input sets taken in turn); without it every call reuses one set")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     try:
@@ -241,7 +274,7 @@ def main() -> int:
     for name in names:
         for batch, seq in shapes:
             try:
-                r = measure(name, batch, seq, args.warmup, args.reps, args.blocks)
+                r = measure(name, batch, seq, args.warmup, args.reps, args.blocks, args.cold)
             except torch.cuda.OutOfMemoryError as exc:
                 r = {"model": name, "micro_batch": batch, "seq_len": seq, "status": "oom",
                      "error": str(exc).splitlines()[0]}

@@ -28,6 +28,11 @@ def test_every_strategy_on_gpus_reports_time_memory_mfu_and_agreeing_losses(tmp_
         assert 100e12 < r["peak_flops_measured"] < 5000e12
         assert 0 < r["peak_memory_bytes"] <= r["reserved_bytes"]
         assert r["gpu_name"] and r["nccl_version"]
+        # every rank's GPU sampled by NVML over the timed steps, at a clock it can run at
+        assert len(r["gpu_clocks"]) == _nproc(), r.get("gpu_clocks")
+        for c in r["gpu_clocks"]:
+            assert c["samples"] >= 1 and 0 < c["sm_mhz_min"] <= c["sm_mhz_mean"] <= c["max_sm_mhz"]
+            assert 0 < c["power_w_mean"] and 0 <= c["power_capped_share"] <= 1
     assert check.agree, check.message()
     # sharding shrinks what each GPU holds: zero3 allocates less than ddp at world size 2
     if _nproc() == 2:

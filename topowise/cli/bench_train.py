@@ -204,12 +204,31 @@ def print_tables(console, records: list[dict]) -> None:
         console.print(f"MFU: model FLOPs (6N + 12LHQT) x tokens/s over the bf16 8192^3 matmul rate measured on "
                       f"rank 0, {r['peak_flops_measured'] / 1e12:.0f} TFLOP/s; MFU sheet: over the datasheet peak, "
                       f"{(r.get('peak_flops_datasheet') or 0) / 1e12:.0f} TFLOP/s", highlight=False)
+    clocks = clock_note(records)
+    if clocks:
+        console.print(clocks, highlight=False)
     compared = prediction_table(records)
     if compared is not None:
         console.print(compared)
     notes = sorted({(r.get("predicted") or {}).get("note") for r in records} - {None})
     for note in notes:
         console.print(f"no prediction: {note}", highlight=False)
+
+
+def clock_note(records: list[dict]) -> str | None:
+    """What the SM MHz column means, and how often the clock was held down (None without clocks)."""
+    from topowise.measure.gpu_clocks import slowest
+
+    seen = [slowest(r.get("gpu_clocks")) for r in records]
+    seen = [c for c in seen if c]
+    if not seen:
+        return None
+    capped = [c["power_capped_share"] for c in seen]
+    thermal = max(c["thermal_share"] for c in seen)
+    span = f"{100 * min(capped):.0f}-{100 * max(capped):.0f}%" if len(seen) > 1 else f"{100 * capped[0]:.0f}%"
+    return (f"SM MHz: mean SM clock over the timed steps, the slowest GPU's (rated {seen[0]['max_sm_mhz']:.0f} MHz, "
+            f"power limit {seen[0]['power_limit_w']:.0f} W); the power limit held it down in {span} of the samples"
+            + (f"; temperature or a hardware slowdown in up to {100 * thermal:.0f}%" if thermal else ""))
 
 
 def _table(title: str):
@@ -222,6 +241,7 @@ def _table(title: str):
 def train_table(records: list[dict]):
     """What was measured, one row per strategy. Two-line headers keep it inside 80 columns."""
     from topowise.cli.console import column
+    from topowise.measure.gpu_clocks import slowest
 
     first = records[0] if records else {}
     world = first.get("world_size", "")
@@ -230,7 +250,9 @@ def train_table(records: list[dict]):
                    + (f", engine {first['engine']}" if first.get("engine", "pytorch") != "pytorch" else ""))
     for header in ("strategy", "status"):
         column(table, header)
-    for header in ("ms/step", "tok/s\n/GPU", "MFU", "MFU\nsheet", "peak\nGiB", "resv\nGiB", "loss"):
+    clocks = any(r.get("gpu_clocks") for r in records)
+    for header in ("ms/step", "tok/s\n/GPU", "MFU", "MFU\nsheet", "peak\nGiB", "resv\nGiB", "loss") \
+            + (("SM\nMHz",) if clocks else ()):
         column(table, header, justify="right")
     for r in records:
         status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]"
@@ -238,7 +260,8 @@ def train_table(records: list[dict]):
             r["strategy"], status, _fmt(r["step_time_s"], 1e3), _fmt(r["tokens_per_s_per_gpu"], 1, "{:,.0f}"),
             _fmt(r.get("mfu_measured_peak"), 100, "{:.1f}%"), _fmt(r["mfu"], 100, "{:.1f}%"),
             _fmt(r["peak_memory_bytes"], 1 / GIB, "{:.2f}"), _fmt(r.get("reserved_bytes"), 1 / GIB, "{:.2f}"),
-            _fmt(r["losses"][-1] if r["losses"] else None, 1, "{:.4f}"))
+            _fmt(r["losses"][-1] if r["losses"] else None, 1, "{:.4f}"),
+            *((_fmt((slowest(r.get("gpu_clocks")) or {}).get("sm_mhz_mean"), 1, "{:.0f}"),) if clocks else ()))
     return table
 
 

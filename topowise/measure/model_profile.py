@@ -460,6 +460,8 @@ def train_callable(case, rank, trace_dir: str | None = None) -> dict:
         return loss
 
     peaks: list[int] = []
-    times, losses = T.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir)
+    marks: list[float] = []
+    times, losses = T.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir,
+                                   marks)
     extra = {"host_phase_s": T.host_phases(host[case.warmup:], rank)}
-    return T.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks)
+    return T.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks, marks=marks)

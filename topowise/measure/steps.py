@@ -138,9 +138,10 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
         return phased_step(host, lambda: forward(step), lambda loss: loss.backward(), optimizer_step)
 
     peaks: list[int] = []
-    times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir)
+    marks: list[float] = []
+    times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir, marks)
     layout["host_phase_s"] = host_phases(host[case.warmup:], rank)
-    return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks)
+    return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks, marks=marks)
 
 
 def phased_step(host: list, forward: Callable, backward: Callable, optimizer: Callable):
@@ -179,12 +180,14 @@ def host_phases(per_step: list[tuple[float, float, float]], rank) -> dict[str, f
 
 
 def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None = None,
-                trace_dir: str | None = None) -> tuple[list[float], list]:
+                trace_dir: str | None = None, marks: list | None = None) -> tuple[list[float], list]:
     """Run `one_step(step)` (returns the loss tensor) `total` times: per-step seconds and losses.
 
     On CUDA: events around each step, read after one synchronize at the end; the peak-memory
     counters start here; with `peaks`, each step's peak allocated bytes is appended to it (the
-    allocator's counters are host-side: reading them does not wait for the GPU). Losses stay tensors
+    allocator's counters are host-side: reading them does not wait for the GPU); with `marks`, the
+    host's unix time as each step is issued and once more when the GPU has finished the last (the
+    window whose GPU clocks the parent keeps: topowise.measure.gpu_clocks). Losses stay tensors
     (no .item() inside the loop). With `trace_dir`, the steps run under torch.profiler (`_profiled_steps`)."""
     import gc
 
@@ -196,13 +199,13 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
     gc.disable()
     try:
         if not trace_dir:
-            return _timed_steps(total, one_step, cuda, peaks, torch)
-        return _profiled_steps(trace_dir, total, one_step, cuda, peaks, torch)
+            return _timed_steps(total, one_step, cuda, peaks, torch, marks)
+        return _profiled_steps(trace_dir, total, one_step, cuda, peaks, torch, marks)
     finally:
         gc.enable()
 
 
-def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch):
+def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch, marks=None):
     """`bench train --trace DIR` (a diagnostic): the steps under torch.profiler; each rank writes its
     operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)
     and the timeline of host calls and GPU kernels to DIR/rank<R>.trace.json.gz (DIR is the
@@ -215,7 +218,7 @@ def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, 
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        result = _timed_steps(total, annotated_step, cuda, peaks, torch)
+        result = _timed_steps(total, annotated_step, cuda, peaks, torch, marks)
     base = Path(trace_dir) / f"rank{os.environ.get('RANK', '0')}"
     base.parent.mkdir(parents=True, exist_ok=True)
     base.with_suffix(".txt").write_text(
@@ -224,7 +227,8 @@ def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, 
     return result
 
 
-def _timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None, torch) -> tuple[list[float], list]:
+def _timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None, torch,
+                 marks: list | None = None) -> tuple[list[float], list]:
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -232,6 +236,8 @@ def _timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None,
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(total)]
     wall, losses = [], []
     for step in range(total):
+        if marks is not None:
+            marks.append(time.time())
         if cuda:
             starts[step].record()
         else:
@@ -246,13 +252,17 @@ def _timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None,
             wall.append(time.perf_counter() - t0)
     if cuda:
         torch.cuda.synchronize()  # the one wait: after the last step
+    if marks is not None:
+        marks.append(time.time())
+    if cuda:
         return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)], losses
     return wall, losses
 
 
 def step_result(case: TrainCase, rank, times: list[float], losses: list, measured_peak: float | None,
-                extra: dict | None = None, step_peaks: list | None = None) -> dict:
-    """Across ranks: the slowest rank's time for each step, the mean loss, the largest memory."""
+                extra: dict | None = None, step_peaks: list | None = None, marks: list | None = None) -> dict:
+    """Across ranks: the slowest rank's time for each step, the mean loss, the largest memory; on
+    GPUs with `marks` (timed_steps'), when the timed steps ran and every rank's GPU, by UUID."""
     import torch
     import torch.distributed as dist
 
@@ -272,6 +282,11 @@ def step_result(case: TrainCase, rank, times: list[float], losses: list, measure
     dist.all_reduce(memory, op=dist.ReduceOp.MAX)
     loss_t /= rank.world_size
     timed = times_t.tolist()[case.warmup:]
+    where = {}
+    if cuda and marks and len(marks) == len(times) + 1:
+        uuids = [None] * rank.world_size
+        dist.all_gather_object(uuids, str(torch.cuda.get_device_properties(rank.device).uuid))
+        where = {"gpu_uuids": uuids, "timed_window_unix_s": [marks[case.warmup], marks[-1]]}
     return {
         "status": "ok",
         "step_time_s": statistics.median(timed),
@@ -287,6 +302,7 @@ def step_result(case: TrainCase, rank, times: list[float], losses: list, measure
         "gpu_name": torch.cuda.get_device_name() if cuda else None,
         "torch_version": torch.__version__,
         "nccl_version": _nccl_version() if cuda else None,
+        **where,
         **(extra or {}),
     }
 

@@ -13,6 +13,7 @@ Rank side: topowise.measure.steps (the model, the wrap, the step loop, the timin
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from topowise.errors import UsageError
-from topowise.measure import launcher
+from topowise.measure import gpu_clocks, launcher
 from topowise.measure.records import append_record, relative_error, steady_peak_bytes
 from topowise.models.spec import ModelSpec, load_model
 from topowise.run import (
@@ -320,10 +321,12 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
             return launcher.launch(entry, config, nproc=request.nproc, env=env, timeout_s=request.timeout_s,
                                    log_path=str(log), wrap=wrap)
 
-        rc = launch_once()
-        relaunched = rc not in (0, launcher.TIMED_OUT) and len(list(tmp_path.glob("rank*.started"))) < request.nproc
-        if relaunched:  # a rank never joined the process group (rendezvous, ports): the launch failed, not the case
+        # the GPUs' clocks, sampled here while the ranks run, so that their timing is not touched
+        with gpu_clocks.ClockSampler() if case.device == "cuda" else contextlib.nullcontext() as clocks:
             rc = launch_once()
+            relaunched = rc not in (0, launcher.TIMED_OUT) and len(list(tmp_path.glob("rank*.started"))) < request.nproc
+            if relaunched:  # a rank never joined the process group (rendezvous, ports): the launch failed, not the case
+                rc = launch_once()
         ok = tmp_path / "rank0.json"
         failures = sorted(tmp_path.glob("rank*.failed.json"))
         if rc == launcher.TIMED_OUT:
@@ -336,7 +339,9 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
             return dict(worst, log_tail=_tail(log))
         note = {"launch_note": "relaunched once: a rank failed to join the process group"} if relaunched else {}
         if rc == 0 and ok.is_file():
-            return dict(json.loads(ok.read_text()), **note)
+            result = dict(json.loads(ok.read_text()), **note)
+            seen = clocks.summary(result.get("gpu_uuids"), result.get("timed_window_unix_s")) if clocks else None
+            return dict(result, gpu_clocks=seen) if seen else result
         return {"status": "error", "log_tail": _tail(log), **note,
                 "error": f"the ranks exited with status {rc} and left no result (a crash: see log_tail)"}
 
@@ -428,7 +433,7 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
         record["replicas"] = result.get("replicas", world_size // (run.shard_group_size or world_size))
     for key in ("error", "oom_requested_bytes", "log_tail", "note", "launch_note", "deepspeed_version",
                 "deepspeed_config", "nodes", "ranks_per_node", "scope", "host_phase_s",
-                "warmup_step_times_s", "host_index", "host_index_cpu"):
+                "warmup_step_times_s", "host_index", "host_index_cpu", "gpu_clocks"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
