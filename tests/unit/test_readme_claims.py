@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from topowise.calibrate.validate import compare, summarize
+from topowise.costmodel import predict as predict_module
 from topowise.costmodel.profile import load_profile
 from topowise.measure.records import read_records
 from topowise.topology import load_topology
@@ -28,6 +29,8 @@ RUN16_GPU = "the same, the 16 cases the model predicts GPU-bound"
 RUN16_HOST = "the same, the 5 cases it predicts host-bound (small models with FSDP2)"
 RUN17 = ("run 16's profile validated again on the same machine 4 minutes later, run 17: "
          "all / GPU-bound / host-bound")
+DEEPSPEED = ("the same DeepSpeed and FSDP2 records through today's model, DeepSpeed's host term from one "
+             "H200 (2026-12-02) and the rates of run 10's profile")
 REFIT3 = ("the same records, run 10's calibrated profile (whose step-time values were the defaults until the "
           "bench transformer changed on 2026-12-02; a cross-run check, not unseen shapes; "
           "`refit3/validate-run2-8192.txt`)")
@@ -40,6 +43,8 @@ ROWS = {
     RUN16_GPU: ("run16/validate-records/train.jsonl", "run16/profile.json", None, ("gpu",)),
     RUN16_HOST: ("run16/validate-records/train.jsonl", "run16/profile.json", None, ("host",)),
     RUN17: ("run17/validate-records/train.jsonl", "run16/profile.json", None, ("all", "gpu", "host")),
+    # the default profile (None) with tests/unit/earlier_model.py's rates: run 10's, refitted
+    DEEPSPEED: ("run3/deepspeed/deepspeed-vs-fsdp.jsonl", None, "h200-x2", ("all",)),
 }
 
 # Rows not replayed, each for its reason:
@@ -83,7 +88,9 @@ def replay(records: str, profile: str, topology: str | None) -> dict:
     else:  # what validate reads when no --topology is given: the records' meta.json
         meta = path.with_name("meta.json")
         topo = Topology.from_dict(json.loads(meta.read_text())["topology"], str(meta))
-    return summarize(compare(read_records(str(path), kind="train"), load_profile(RESULTS / profile), topo))
+    # None: the profile `predict` takes when given none (earlier_model's rates, where a test patched it)
+    chosen = load_profile(RESULTS / profile) if profile else predict_module.default_profile()
+    return summarize(compare(read_records(str(path), kind="train"), chosen, topo))
 
 
 def test_every_row_of_the_table_is_replayed_or_said_why_not(table):
@@ -92,7 +99,8 @@ def test_every_row_of_the_table_is_replayed_or_said_why_not(table):
         f"{sorted(set(table) - set(ROWS) - NOT_REPLAYED)}, here only {sorted((set(ROWS) | NOT_REPLAYED) - set(table))}")
 
 
-@pytest.mark.parametrize("row", list(ROWS), ids=["refit3-run2-8192", "run16", "run16-gpu", "run16-host", "run17"])
+@pytest.mark.parametrize("row", list(ROWS),
+                         ids=["refit3-run2-8192", "run16", "run16-gpu", "run16-host", "run17", "deepspeed"])
 def test_readme_accuracy_row_holds(table, row, monkeypatch):
     from earlier_model import predict_earlier_model
 

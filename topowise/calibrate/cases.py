@@ -25,28 +25,30 @@ class Case:
     activation_checkpointing: bool | str = False  # False, True (full) or a mode's name ("selective"), as Run takes
     compile: bool = False
     selective_ac_option: str = "op"  # selective: per op, or every k-th block
+    engine: str = "pytorch"  # or "deepspeed" (bench train --engine deepspeed records)
 
     @property
     def key(self) -> tuple:
         return (self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing,
-                self.compile)
+                self.compile) + ((self.engine,) if self.engine != "pytorch" else ())
 
     @property
     def group(self) -> tuple:
         """Cases that differ only in strategy share a group (the ranking check)."""
-        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing, self.compile)
+        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing, self.compile) \
+            + ((self.engine,) if self.engine != "pytorch" else ())
 
     @property
     def label(self) -> str:
         return (f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} {self.fabric}"
-                + (" compiled" if self.compile else ""))
+                + (" compiled" if self.compile else "") + (f" {self.engine}" if self.engine != "pytorch" else ""))
 
     def run(self, model: ModelSpec, gpus: Iterable[int], shard_group_size: int | None = None) -> Run:
         """The case on these GPUs, with `model` the spec its name stands for."""
         return Run(model, tuple(gpus), self.strategy, micro_batch=self.micro_batch, seq_len=self.seq_len,
                    activation_checkpointing=self.activation_checkpointing, fabric=self.fabric,
                    shard_group_size=shard_group_size, compile=self.compile,
-                   selective_ac_option=self.selective_ac_option)
+                   selective_ac_option=self.selective_ac_option, engine=self.engine)
 
 
 @dataclass(frozen=True)

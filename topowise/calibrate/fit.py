@@ -286,11 +286,12 @@ class Observation:
     compile: bool = False  # every block compiled (bench train --compile)
     compile_s: float | None = None  # compiled: the first warm-up step less a timed one (compiling)
     selective_ac_option: str = "op"
+    engine: str = "pytorch"  # who ran the strategy: PyTorch's wrappers or DeepSpeed's ZeRO
 
     @property
     def case(self) -> Case:
         return Case(self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric,
-                    self.activation_checkpointing, self.compile, self.selective_ac_option)
+                    self.activation_checkpointing, self.compile, self.selective_ac_option, self.engine)
 
 
 # A run whose identical timed steps differ by more than this (interquartile range / median) is not in a
@@ -330,7 +331,7 @@ def observation_from(r: dict) -> Observation:
         reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
         host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"),
         model_source=r.get("model_source"), model_spec=spec, compile=bool(r.get("compile")),
-        compile_s=first_step_excess(r) if r.get("compile") else None)
+        compile_s=first_step_excess(r) if r.get("compile") else None, engine=str(r.get("engine") or "pytorch"))
 
 
 def first_step_excess(r: dict) -> float | None:
@@ -589,7 +590,8 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
         fit_names += [f"overlap.{s}" for s in STRATEGY_NAMES]
     profile = apply_encryption(profile, records, where)
     report["encryption_gbps_per_core"] = encryption_fit(records) or None
-    obs = observations_from(records)
+    # the PyTorch engine's runs: DeepSpeed's share the GPU work but not the host's or the copies' terms
+    obs = [o for o in observations_from(records) if o.engine == "pytorch"]
     predict_one = predictor(topo, model_loader)
     profile, host_runs = fit_host(profile, obs, predict_one, None, where)
     # a run the host dominates says little about the GPU's rates: the host term describes it

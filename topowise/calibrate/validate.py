@@ -20,7 +20,8 @@ from topowise.run import STRATEGY_NAMES
 from topowise.units import GIB
 
 RANK_TOLERANCE = 0.03  # ranking check: the predicted-first strategy within 3% of the measured fastest
-GROUP_FIELDS = ("model", "micro_batch", "seq_len", "fabric", "activation_checkpointing", "compile")  # Case.group
+# Case.group ("engine" only where it is not PyTorch's)
+GROUP_FIELDS = ("model", "micro_batch", "seq_len", "fabric", "activation_checkpointing", "compile", "engine")
 
 
 @dataclass(frozen=True)

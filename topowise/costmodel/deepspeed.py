@@ -41,8 +41,8 @@ communication_data_type says otherwise, where FSDP2 here reduce-scatters fp32):
   layer; once when tied) at their use; bf16 gradients reduce-scattered per reduce bucket.
 Memory-bound copies: each bf16 gradient into the reduce bucket (2+2 bytes per parameter), the
 partition's gradient to fp32 (2+4 per local parameter) and the fp32 master back to bf16 (4+2).
-Not modelled: DeepSpeed's Python-side hook overhead per module (visible at small models; the
-measured records in docs/results show how much).
+Host: DeepSpeed's Python side (its hooks, its optimizer step over flat partitions) priced per phase
+from bench train's host times at 128 tokens (Profile.deepspeed_host_s; docs/deepspeed.md).
 """
 
 from __future__ import annotations
@@ -64,9 +64,16 @@ from topowise.costmodel.memory import (
     logits_bytes_per_token,
     rope_bytes,
 )
-from topowise.costmodel.prediction import Prediction
+from topowise.costmodel.prediction import PhaseCost, Prediction
 from topowise.costmodel.profile import Profile
-from topowise.costmodel.step import ADAMW_FUSED_BYTES_PER_PARAM, LOSS_BYTES_PER_LOGIT, exposed_time, predict_pytorch
+from topowise.costmodel.step import (
+    ADAMW_FUSED_BYTES_PER_PARAM,
+    ELEMENTWISE_FORWARD_SHARE,
+    LOSS_BYTES_PER_LOGIT,
+    LOSS_FORWARD_BYTES_PER_LOGIT,
+    exposed_time,
+    predict_pytorch,
+)
 from topowise.models.spec import ModelSpec
 from topowise.run import Run
 
@@ -218,8 +225,9 @@ def deepspeed_copy_bytes(model, strategy: str, n: int) -> float:
 
 def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     """A Prediction for DeepSpeed ZeRO: the PyTorch engine's compute and loss, DeepSpeed's state,
-    buffers and collectives. Buckets are sized to the group's link as the export sizes them.
-    DeepSpeed's host time per block has not been measured: no host term (GPU-bound)."""
+    buffers, collectives and host time. Buckets are sized to the group's link as the export sizes them.
+    Each phase (forward, backward, optimizer step) takes the longer of the GPU's work and the host's
+    time to issue it (Profile.deepspeed_host_s), as step.py's phases do."""
     base = predict_pytorch(run, topology, profile)
     model, gpus, strategy, shard_group_size = run.model, run.gpus, run.strategy, run.shard_group_size
     n = len(gpus)
@@ -230,17 +238,35 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     t = base.time
     tokens = run.tokens
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
-    copy_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + deepspeed_copy_bytes(model, strategy, n)
     # the blocks' elementwise work is the model's own (bf16 throughout under DeepSpeed)
-    copy_bytes += profile.activation_traffic * activation_bytes_per_token_per_layer(model) * tokens * model.num_layers
-    memory_bound_s = copy_bytes / hbm
+    act = profile.activation_traffic * activation_bytes_per_token_per_layer(model) * tokens * model.num_layers
+    fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size + act * ELEMENTWISE_FORWARD_SHARE
+    bwd_bytes = (LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + act - fwd_bytes
+                 + GRAD_TO_BUCKET_BYTES * model.params)
+    step_bytes = deepspeed_copy_bytes(model, strategy, n) - GRAD_TO_BUCKET_BYTES * model.params  # at the step
+    memory_bound_s = (fwd_bytes + bwd_bytes + step_bytes) / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm
     overlap = profile.overlap.get(strategy, 0.0)
-    fixed = sum(c.time_s for c in collectives if c.phase in C.EXPOSED_PHASES + (BACKWARD_FIRST,))
+    phase_of = {C.FORWARD_FIRST: "forward", C.FORWARD: "forward", BACKWARD_FIRST: "backward",
+                C.BACKWARD: "backward", C.BACKWARD_LAST: "backward", C.AFTER_STEP: "optimizer"}
+    fixed = {p: sum(c.time_s for c in collectives if c.phase in C.EXPOSED_PHASES + (BACKWARD_FIRST,)
+                    and phase_of[c.phase] == p) for p in ("forward", "backward", "optimizer")}
     fwd = sum(c.time_s for c in collectives if c.phase == C.FORWARD)
     bwd = sum(c.time_s for c in collectives if c.phase == C.BACKWARD)
-    exposed = fixed + exposed_time(fwd, t.forward_s, overlap) + exposed_time(bwd, t.backward_s, overlap)
-    step = t.compute_s + memory_bound_s + optimizer_s + exposed
+    exposed_by_phase = {"forward": fixed["forward"] + exposed_time(fwd, t.forward_s, overlap),
+                        "backward": fixed["backward"] + exposed_time(bwd, t.backward_s, overlap),
+                        "optimizer": fixed["optimizer"]}
+    device = {"forward": t.forward_s + fwd_bytes / hbm + exposed_by_phase["forward"],
+              "backward": t.backward_s + bwd_bytes / hbm + exposed_by_phase["backward"],
+              "optimizer": optimizer_s + step_bytes / hbm + exposed_by_phase["optimizer"]}
+    host = {p: profile.deepspeed_host_s(strategy, p, model.num_layers) for p in device}
+    device_s = sum(device.values())
+    step = sum(max(host[p], device[p]) for p in device)
+    step_range = tuple(sum(max(host[p] * scale, device[p]) for p in device)
+                       for scale in (1 - profile.host_spread, 1 + profile.host_spread))
+    phases = tuple(PhaseCost(p, device[p], host[p], exposed_by_phase[p], max(host[p] - device[p], 0.0))
+                   for p in device)
+    exposed = sum(exposed_by_phase.values())
     memory = deepspeed_memory(model, strategy, n, micro_batch=run.micro_batch, seq_len=run.seq_len,
                               activation_checkpointing=run.activation_checkpointing,
                               gpu_memory_bytes=base.memory.gpu_memory_bytes, profile=profile, buckets=buckets,
@@ -251,5 +277,6 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
         base, step_time_s=step, tokens_per_s=per_gpu * n, tokens_per_s_per_gpu=per_gpu,
         time=replace(t, comm_s=sum(c.time_s for c in collectives), exposed_comm_s=exposed,
                      collectives=collectives, memory_bound_s=memory_bound_s, optimizer_s=optimizer_s,
-                     host_s=0.0, host_wait_s=0.0, phases=()),
+                     host_s=sum(host.values()), host_wait_s=step - device_s, step_range_s=step_range,
+                     phases=phases),
         memory=memory, fits=fits(memory, profile), mfu=model_flops / step)

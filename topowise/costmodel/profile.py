@@ -158,6 +158,22 @@ COMPILED_HOST_S_PER_LAYER: dict[str, float] = {
     "compiled/zero2/forward": 1.965e-3, "compiled/zero2/backward": 2.355e-3, "compiled/zero2/optimizer": 0.370e-3,
     "compiled/zero3/forward": 1.423e-3, "compiled/zero3/backward": 2.209e-3, "compiled/zero3/optimizer": 0.285e-3,
 }
+# DeepSpeed ZeRO (0.19.8, bench train --engine deepspeed): host seconds per block in the forward and the
+# backward, and per step in the optimizer step (DeepSpeed's step works on flat partitions: one fused AdamW
+# over the flat fp32 partition for ZeRO-1/2, whatever the blocks). Median of llama3.2-1b and qwen2.5-0.5b
+# at 128 tokens on one H200 (`python benchmarks/deepspeed_host.py --fit`). ZeRO-3's per-module hooks cost
+# the host 4-5 times FSDP2's per block; ZeRO-1/2's optimizer step takes 32-41 ms of host whatever the model.
+DEEPSPEED_HOST_WHERE = ("bench train --engine deepspeed on one H200, DeepSpeed 0.19.8, 2026-12-02 "
+                        "(docs/results/2026-12-02-h200x1/deepspeed/run26)")
+DEEPSPEED_HOST_S_PER_LAYER: dict[str, float] = {
+    "deepspeed/zero1/forward": 0.845e-3, "deepspeed/zero1/backward": 1.827e-3,
+    "deepspeed/zero2/forward": 0.675e-3, "deepspeed/zero2/backward": 2.234e-3,
+    "deepspeed/zero3/forward": 5.140e-3, "deepspeed/zero3/backward": 5.254e-3,
+}
+DEEPSPEED_HOST_S_PER_STEP: dict[str, float] = {
+    "deepspeed/zero1/optimizer": 36.845e-3, "deepspeed/zero2/optimizer": 34.375e-3,
+    "deepspeed/zero3/optimizer": 27.371e-3,
+}
 # the first step's excess over a steady one in the 10 compiled runs: 4.0-11.9 s, median 7.97 s (Inductor's
 # on-disk cache warm after the first launch of a shape; a cold one is the slow end)
 COMPILE_S = 7.97
@@ -233,6 +249,12 @@ _SOURCES = {
     **{f"attention_efficiency.{k}": f"{ATTENTION_WHERE}: head dim {k}, e of rate = peak e T / (T + T0)"
        for k in ATTENTION_EFFICIENCY},
     "attention_seq_offset": f"{ATTENTION_WHERE}: T0 of the same fit, tokens, one for both head dims",
+    **{f"host_s_per_layer.{k}": (f"{DEEPSPEED_HOST_WHERE}: median over llama3.2-1b and qwen2.5-0.5b at 128 tokens "
+                                 "of the host seconds in the phase per block")
+       for k in DEEPSPEED_HOST_S_PER_LAYER},
+    **{f"host_s_per_step.{k}": (f"{DEEPSPEED_HOST_WHERE}: median over llama3.2-1b and qwen2.5-0.5b at 128 tokens "
+                                "of the host seconds in the optimizer step")
+       for k in DEEPSPEED_HOST_S_PER_STEP},
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -265,7 +287,12 @@ class Profile:
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     # "compiled/strategy/phase": the same with every block compiled
-    host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER, **COMPILED_HOST_S_PER_LAYER))
+    # "deepspeed/strategy/phase": DeepSpeed's ZeRO (the forward and the backward; its optimizer step is
+    # in host_s_per_step)
+    host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER, **COMPILED_HOST_S_PER_LAYER,
+                                                                **DEEPSPEED_HOST_S_PER_LAYER))
+    # host seconds per step, whatever the blocks, "engine/strategy/phase": DeepSpeed's optimizer step
+    host_s_per_step: dict = field(default_factory=lambda: dict(DEEPSPEED_HOST_S_PER_STEP))
     # seconds the first step of a compiled run takes over a steady one: Dynamo and Inductor compiling
     # the blocks, paid once per launch (not part of the step time)
     compile_s: float = COMPILE_S
@@ -294,6 +321,12 @@ class Profile:
             if value is not None:
                 return float(value)
         return 0.0
+
+    def deepspeed_host_s(self, strategy: str, phase: str, blocks: int) -> float:
+        """Host seconds of a DeepSpeed ZeRO phase: per block x blocks plus per step (hsdp, ZeRO++ hpZ,
+        runs zero3's code; 0 when unknown)."""
+        key = f"deepspeed/{HOST_FALLBACK.get(strategy, strategy)}/{phase}"
+        return float(self.host_s_per_layer.get(key, 0.0)) * blocks + float(self.host_s_per_step.get(key, 0.0))
 
     def attention_rate(self, head_dim: int, seq_len: int, peak: float) -> float | None:
         """FLOP/s of the causal attention's counted FLOPs (flops.py) at this head dim and sequence: the
