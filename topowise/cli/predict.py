@@ -188,8 +188,11 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     if p.host_bound:
         lo, hi = p.step_time_range_s
         spread = default_profile().host_spread if host_spread is None else host_spread
+        less = ("DeepSpeed's ZeRO-3 issues about twice FSDP2's work per block; its ZeRO-1/2 issue less but "
+                "spend some 35 ms in the optimizer step" if p.engine == "deepspeed"
+                else "ddp issues less per block than FSDP")
         out.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
-                  "(more tokens per step hide it; ddp issues less per block than FSDP). The host's speed moves "
+                  f"(more tokens per step hide it; {less}). The host's speed moves "
                   f"between launches, so expect {_ms(lo)}-{_ms(hi)} ms (the host up to "
                   f"{spread:.0%} faster or slower: the profile's host_spread)[/]", highlight=False)
     out.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}",
