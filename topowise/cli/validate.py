@@ -13,7 +13,8 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="FILE", default=None,
-                        help="the profile to validate (default: the cached one of this machine)")
+                        help="the profile to validate (default: the cached one of this machine; 'default': the "
+                             "built-in profile, as predict uses without calibrate)")
     parser.add_argument("--force-profile", action="store_true",
                         help="use --profile even when it was calibrated on another machine")
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from topowise.calibrate.launch import META_FILE
     from topowise.calibrate.validate import meets_target, validate
     from topowise.cli.calibrate import default_device_and_nproc
-    from topowise.costmodel.profile import load_profile
+    from topowise.costmodel.profile import default_profile, load_profile
     from topowise.costmodel.profile_store import check_profile_for_gpu, check_profile_for_machine, machine_fingerprint
     from topowise.errors import UsageError
     from topowise.measure.launcher import require_torch
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if args.design and (args.measured or device != "cuda"):
         raise UsageError("--design chooses the GPU cases validate measures: it applies on a GPU machine, not with "
                          "--measured (the records are the cases) or --device cpu")
-    if args.profile:
+    if args.profile == "default":  # the built-in profile: what predict and plan use without calibrate
+        profile, where = default_profile(), "the default profile"
+    elif args.profile:
         profile, where = load_profile(args.profile), args.profile
     else:
         found = cached_profile(device)

@@ -1,0 +1,61 @@
+"""Three Llama-style blocks no calibration or earlier run had, measured on one H200 (docs/results/
+2026-12-02-h200x1/unseen) and replayed through the default profile: the accuracy the results README states."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topowise.calibrate.fit import observation_from, predictor
+from topowise.calibrate.validate import compare, summarize
+from topowise.costmodel.profile import default_profile
+from topowise.measure.records import read_records
+from topowise.topology import load_topology
+
+RUN27 = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/unseen/run27/train.jsonl"
+
+
+@pytest.fixture(scope="module")
+def records():
+    return read_records(str(RUN27), kind="train")
+
+
+def test_gpu_bound_steps_memory_and_ranking_hold(records):
+    s = summarize(compare(records, default_profile(), load_topology("h200-x2")))
+    gpu = s["by_bound"]["gpu"]
+    assert gpu["cases"] == 5 and gpu["mean_abs_error"] < 0.04 and gpu["max_abs_error"] < 0.08, gpu
+    assert s["peak_memory"]["max_abs_error"] < 0.02, s["peak_memory"]
+    assert s["ranking_ok"] and len(s["ranking"]) == 3
+
+
+def test_host_bound_steps_lie_inside_their_predicted_range(records):
+    predict_one = predictor(load_topology("h200-x2"))
+    host_bound = 0
+    for r in records:
+        p = predict_one(default_profile(), observation_from(r))
+        if p.time.host_wait_s > 0:
+            host_bound += 1
+            low, high = p.time.step_range_s
+            assert low <= r["step_time_s"] <= high, (r["model"], r["strategy"], low, r["step_time_s"], high)
+    assert host_bound == 3
+
+
+def test_fsdp2_root_unit_is_not_counted_twice_at_the_end_of_the_backward(records):
+    # 37% of llama-wide-l8's parameters are in its root unit: holding its unsharded params and bf16 gradient
+    # beside the fp32 reduce-scatter input put zero3 8.4% over
+    r = next(r for r in records if r["model"] == "configs/llama-wide-l8" and r["strategy"] == "zero3")
+    p = predictor(load_topology("h200-x2"))(default_profile(), observation_from(r))
+    assert p.memory.allocated_bytes == pytest.approx(r["steady_peak_memory_bytes"], rel=0.01)
+    assert "root unsharded bf16 params + gradient" not in p.memory.buffers
+
+
+def test_validate_replays_them_with_the_default_profile(tmp_path, capsys):
+    import json
+
+    from topowise.cli.main import main
+
+    assert main(["validate", "--measured", str(RUN27), "--topology", "h200-x2", "--profile", "default",
+                 "--out", str(tmp_path / "v.jsonl"), "--no-plot", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["by_bound"]["gpu"]["cases"] == 5
