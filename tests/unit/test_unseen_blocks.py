@@ -14,6 +14,7 @@ from topowise.measure.records import read_records
 from topowise.topology import load_topology
 
 RUN27 = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/unseen/run27/train.jsonl"
+RUN28 = RUN27.parents[1] / "run28/train.jsonl"  # compiled, and selective checkpointing
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +60,10 @@ def test_validate_replays_them_with_the_default_profile(tmp_path, capsys):
                  "--out", str(tmp_path / "v.jsonl"), "--no-plot", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["by_bound"]["gpu"]["cases"] == 5
+
+
+def test_compiled_and_selectively_checkpointed_runs_hold_too():
+    rows = compare(read_records(str(RUN28), kind="train"), default_profile(), load_topology("h200-x2"))
+    assert sorted((r.case.strategy, r.case.compile, r.case.activation_checkpointing) for r in rows) == [
+        ("ddp", True, False), ("zero3", False, "selective"), ("zero3", True, False)]
+    assert max(abs(r.step_error) for r in rows) < 0.04 and max(abs(r.memory_error) for r in rows) < 0.03
