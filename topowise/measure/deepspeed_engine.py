@@ -105,8 +105,8 @@ def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
 
     peaks: list[int] = []
     marks: list[float] = []
-    times, losses = steps.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir,
-                                   marks)
+    total = case.warmup + case.steps
+    times, losses = steps.timed_steps(total, one_step, device_type == "cuda", peaks, trace_dir, marks)
     extra = {"deepspeed_version": deepspeed.__version__, "deepspeed_config": config,
              "host_phase_s": steps.host_phases(host[case.warmup:], rank)}
     return steps.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks, marks=marks)

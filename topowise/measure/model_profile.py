@@ -461,7 +461,7 @@ def train_callable(case, rank, trace_dir: str | None = None) -> dict:
 
     peaks: list[int] = []
     marks: list[float] = []
-    times, losses = T.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir,
-                                   marks)
+    total = case.warmup + case.steps
+    times, losses = T.timed_steps(total, one_step, device_type == "cuda", peaks, trace_dir, marks)
     extra = {"host_phase_s": T.host_phases(host[case.warmup:], rank)}
     return T.step_result(case, rank, times, losses, measured_peak, extra, step_peaks=peaks, marks=marks)
