@@ -11,11 +11,13 @@ DeepSpeed 0.19.8.
 State per GPU (P parameters, n ranks):
 - zero1 / zero2: the bf16 model (2P, every rank), fp32 master weights and AdamW m, v of the rank's
   partition (12P/n). Gradients in bf16: each gradient is copied into the reduce bucket as backward
-  makes it (param.grad then points into the bucket) and this rank's slice into a persistent
-  contiguous partition buffer (2P/n): with contiguous_gradients zero1 holds no more gradient memory
-  than zero2 (stage_1_and_2.py reduce_ipg_grads copies the partition for stage 1 too). Two reduce buckets of
-  reduce_bucket_size bf16 elements (double-buffered for overlap_comm). At the step the partition's
-  gradient is converted to fp32 (4P/n).
+  makes it (param.grad then points into the bucket) and this rank's slice into a contiguous
+  partition buffer (2P/n): with contiguous_gradients zero1 holds no more gradient memory than zero2
+  (stage_1_and_2.py reduce_ipg_grads copies the partition for stage 1 too). Two reduce buckets of
+  reduce_bucket_size bf16 elements (double-buffered for overlap_comm), allocated with the backward's
+  first gradient (setup_buckets) and released with the partition buffer at its end
+  (_release_ipg_buffers). At the step the partition's gradient is flattened (a bf16 copy, 2P/n) and
+  that converted to fp32 (4P/n).
 - zero3: bf16 parameter partitions (2P/n) and whole copies of the tensors at or under
   stage3_param_persistence_threshold (1e5 elements: the norms); gathered bf16 parameters of the
   module computing plus the prefetch bucket (stage3_prefetch_bucket_size elements); persistent bf16
@@ -189,6 +191,7 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
     block_temp = tokens * block_backward_temp_bytes_per_token(model)
 
     optimizer = 12 * P / n  # fp32 master + m + v of the partition
+    loss_base = step_base = None  # what is there besides in the loss's backward and the step, where not `base`
     if strategy in ("zero3", "hsdp"):
         params = 2 * P / n + 2 * persistent_params(model)
         if strategy == "hsdp" and shard_group_size and shard_group_size < n:
@@ -203,16 +206,26 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
         if strategy == "zero1" and grad_accum_fp32:  # BF16_Optimizer: a persistent full fp32 gradient
             grads_full = grads_start = 4 * P
         else:
+            # the buckets come with the first gradient of each backward (setup_buckets, from the gradient
+            # hook); the backward's end releases them and the contiguous partition buffer
+            # (_release_ipg_buffers), and the step frees the partition's gradient: none is there while the
+            # loss's backward runs
             grads_full = (4 if grad_accum_fp32 else 2) * P / n
-            grads_start = grads_full  # the contiguous partition buffer stays after the first step
+            grads_start = 0.0
+            loss_base = {}
+            # the step flattens the partition's gradient (a bf16 copy) and casts that to fp32 while both
+            # are alive (stage_1_and_2.py step: flatten_dense_tensors_aligned, then .to(fp32)); the
+            # buckets are gone by then
+            step_base = {"flat bf16 copy of the partition's gradient (step)": 2 * P / n}
     block_grad = {"block gradient (bf16)": 2 * model.layer_params}
     if model.tied_embeddings:  # the output layer's gradient waits for the embedding's half before its hook fires
         block_grad["tied embedding gradient (bf16, through the backward)"] = 2 * model.vocab_size * model.hidden_size
     step_fp32 = {} if grad_accum_fp32 else {"fp32 gradient of the partition (step)": 4 * P / n}
     phases = {
-        "loss backward": (grads_start, saved, tokens * logits_bytes_per_token(model), base),
+        "loss backward": (grads_start, saved, tokens * logits_bytes_per_token(model),
+                          base if loss_base is None else loss_base),
         "block backward": ((grads_start + grads_full) / 2, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
-        "optimizer step": (grads_full, 0.0, 0.0, {**base, **step_fp32}),
+        "optimizer step": (grads_full, 0.0, 0.0, {**(base if step_base is None else step_base), **step_fp32}),
     }
     return breakdown_at_peak(phases, params, optimizer, gpu_memory_bytes, profile)
 
