@@ -184,3 +184,31 @@ def test_timed_steps_mark_each_steps_issue_and_the_end():
     marks: list[float] = []
     times, _ = timed_steps(3, lambda step: torch.tensor(float(step)), False, marks=marks)
     assert len(times) == 3 and len(marks) == 4 and marks == sorted(marks)
+
+
+def test_calibrate_adds_the_clocks_to_its_training_records(tmp_path, monkeypatch):
+    # calibrate's ranks write their records inside the launch; the parent samples and adds the clocks after
+    from topowise.calibrate.cases import GPU_CALIBRATION
+    from topowise.calibrate.launch import measure
+    from topowise.measure import launcher
+
+    def fake_launch(entry, config, *, nproc, env=None, timeout_s=None, heartbeat=None, stderr_path=None):
+        start = time.time()
+        time.sleep(0.03)
+        with open(config["train"][0]["out"], "a") as f:
+            f.write(json.dumps({"kind": "train", "fabric": config["fabric"], "gpu_uuids": ["GPU-AAAA-1"],
+                                "timed_window_unix_s": [start, time.time()]}) + "\n")
+            f.write(json.dumps({"kind": "train", "fabric": config["fabric"], "status": "oom"}) + "\n")
+        return 0
+
+    monkeypatch.setattr(launcher, "launch", fake_launch)
+    monkeypatch.setattr(gpu_clocks, "_import_pynvml", lambda: FakeNvml())
+    monkeypatch.setattr(gpu_clocks, "INTERVAL_S", 0.001)
+    assert measure(GPU_CALIBRATION, 2, tmp_path, timeout_s=30) == []
+    records = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    sampled = [r for r in records if "gpu_uuids" in r]
+    assert len(sampled) == len(GPU_CALIBRATION.fabrics) and len(records) == 2 * len(sampled)
+    # each launch's record gets the clocks of its own window, once
+    assert all(r["gpu_clocks"][0]["uuid"] == "aaaa-1" and r["gpu_clocks"][0]["sm_mhz_mean"] == 1500 for r in sampled)
+    assert all("gpu_clocks" not in r for r in records if "gpu_uuids" not in r)
+    assert not list(tmp_path.glob("*.tmp"))

@@ -6,6 +6,7 @@ file per kind of record, so the run can be re-fitted or re-validated offline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 from topowise.calibrate.cases import Case, Plan
 from topowise.errors import UsageError
 from topowise.expectations import with_expected_busbw
-from topowise.measure import launcher
+from topowise.measure import gpu_clocks, launcher
 from topowise.measure.comm import CommConfig
 from topowise.measure.records import fabric_label, read_records
 
@@ -47,7 +48,12 @@ def measure(plan: Plan, nproc: int, records_dir: Path, *, timeout_s: float = 600
         if progress:
             progress(f"{fabric_label(fabric, plan.device)}: {len(plan.comm_sizes) * len(plan.comm_ops)} collective "
                      f"cases, {len(cases)} training runs")
-        status = launcher.launch(ENTRY, config, nproc=nproc, env=env, timeout_s=timeout_s, heartbeat=str(heartbeat))
+        # the GPUs' clocks over the training runs, sampled here so that the ranks' timing is not touched
+        with gpu_clocks.ClockSampler() if plan.device == "cuda" else contextlib.nullcontext() as clocks:
+            status = launcher.launch(ENTRY, config, nproc=nproc, env=env, timeout_s=timeout_s,
+                                     heartbeat=str(heartbeat))
+        if clocks is not None:
+            gpu_clocks.add_clocks_to_records(records_dir / RECORD_FILES["train"], clocks)
         heartbeat.unlink(missing_ok=True)
         if status == launcher.TIMED_OUT:
             problems.append(f"measuring on {where} stopped: no progress for {timeout_s:g} s (a hung "

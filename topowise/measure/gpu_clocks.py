@@ -170,6 +170,33 @@ class ClockSampler:
             pass
 
 
+def add_clocks_to_records(path, sampler: ClockSampler) -> int:
+    """Give the train records in the JSONL file at `path` that say where and when their timed steps ran,
+    and have no clocks yet, the sampler's clocks of that window; rewrite the file whole (a temporary file
+    renamed over it, so an interruption leaves the old one). The records added to."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file() or not sampler.samples:
+        return 0
+    lines, added = [], 0
+    for line in path.read_text().splitlines():
+        record = json.loads(line) if line.strip() else None
+        if record and record.get("kind") == "train" and not record.get("gpu_clocks"):
+            seen = sampler.summary(record.get("gpu_uuids"), record.get("timed_window_unix_s"))
+            if seen:
+                record["gpu_clocks"], added = seen, added + 1
+                line = json.dumps(record)
+        lines.append(line)
+    if added:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, path)
+    return added
+
+
 def _import_pynvml():
     import pynvml
 

@@ -433,7 +433,9 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
         record["replicas"] = result.get("replicas", world_size // (run.shard_group_size or world_size))
     for key in ("error", "oom_requested_bytes", "log_tail", "note", "launch_note", "deepspeed_version",
                 "deepspeed_config", "nodes", "ranks_per_node", "scope", "host_phase_s",
-                "warmup_step_times_s", "host_index", "host_index_cpu", "gpu_clocks"):
+                "warmup_step_times_s", "host_index", "host_index_cpu", "gpu_clocks",
+                # where and when the timed steps ran, so that a parent that sampled the clocks can add them
+                "gpu_uuids", "timed_window_unix_s"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
