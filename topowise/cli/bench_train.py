@@ -225,7 +225,8 @@ def clock_note(records: list[dict]) -> str | None:
         return None
     capped = [c["power_capped_share"] for c in seen]
     thermal = max(c["thermal_share"] for c in seen)
-    span = f"{100 * min(capped):.0f}-{100 * max(capped):.0f}%" if len(seen) > 1 else f"{100 * capped[0]:.0f}%"
+    low, high = f"{100 * min(capped):.0f}", f"{100 * max(capped):.0f}"
+    span = f"{low}%" if low == high else f"{low}-{high}%"
     return (f"SM MHz: mean SM clock over the timed steps, the slowest GPU's (rated {seen[0]['max_sm_mhz']:.0f} MHz, "
             f"power limit {seen[0]['power_limit_w']:.0f} W); the power limit held it down in {span} of the samples"
             + (f"; temperature or a hardware slowdown in up to {100 * thermal:.0f}%" if thermal else ""))
