@@ -66,3 +66,17 @@ def test_zero1_and_zero2_memory_holds_no_buckets_between_steps():
     rows = compare([r for r in records(RUN26) + records(RUN23) if r["strategy"] in ("zero1", "zero2")],
                    default_profile(), load_topology("h200-x2"))
     assert len(rows) == 14 and max(abs(r.memory_error) for r in rows) < 0.01, [r.memory_error for r in rows]
+
+
+def test_the_plan_says_where_deepspeeds_host_makes_the_gpu_wait():
+    from topowise.costmodel.predict import predict
+    from topowise.models.spec import load_model
+    from topowise.planner.explain import host_phrase
+    from topowise.run import Run
+
+    topo = load_topology("h200-x2")
+    model = load_model("llama3.2-1b")
+    zero2 = predict(Run(model, (0, 1), "zero2", micro_batch=8, seq_len=4096, engine="deepspeed"), topo)
+    assert "in the optimizer step" in host_phrase(zero2)  # 34 ms of host against a few of GPU work
+    fsdp = predict(Run(load_model("qwen2.5-0.5b"), (0, 1), "zero3", seq_len=1024), topo)
+    assert "per-block hooks" in host_phrase(fsdp)

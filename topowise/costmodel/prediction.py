@@ -13,8 +13,9 @@ HOST_BOUND_SHARE = 0.05  # a step whose GPU waits for the host this much of it i
 
 @dataclass(frozen=True)
 class PhaseCost:
-    """One phase of the predicted step (PyTorch engine): the GPU's work, the host's time to issue it,
-    of the GPU's work the exposed communication, and the GPU's wait for the host (max(host - gpu, 0))."""
+    """One phase of the predicted step (PyTorch and DeepSpeed engines): the GPU's work, the host's time
+    to issue it, of the GPU's work the exposed communication, and the GPU's wait for the host
+    (max(host - gpu, 0))."""
     phase: str
     gpu_s: float
     host_s: float

@@ -96,11 +96,15 @@ def host_fraction(pred) -> float:
 
 
 def host_phrase(pred, whose: str = "the") -> str | None:
-    """"the GPU waits 17% of the step for the host to issue it (Python, per-block hooks)", or None."""
+    """"the GPU waits 17% of the step for the host to issue it (Python, per-block hooks)", or None. Where
+    most of the wait is in the optimizer step (DeepSpeed's, over flat partitions), it says so."""
     frac = host_fraction(pred)
     if frac < NOTABLE_EXPOSED:
         return None
-    return f"the GPU waits {pct(frac)} of {whose} step for the host to issue it (Python, per-block hooks)"
+    waits = {ph.phase: ph.host_wait_s for ph in pred.time.phases}
+    where = ("Python, in the optimizer step" if waits and max(waits, key=waits.get) == "optimizer"
+             else "Python, per-block hooks")
+    return f"the GPU waits {pct(frac)} of {whose} step for the host to issue it ({where})"
 
 
 def facts(p) -> str:
