@@ -42,6 +42,7 @@ def test_the_late_rank_is_a_spike_on_the_other(run_dir):
     assert slow["slowest_rank"] == 1
     assert slow["wait_s"] > 0.4
     assert steps(folder / "monitor.rank1.jsonl")[SLOW_STEP]["spike"]["wait"] is False  # the late rank did not wait
+    assert slow["sm_mhz"] == [None, None] and slow["clock_reasons"] == [0, 0]  # CPU: no GPU clock to read
 
 
 def test_a_spike_line_on_stderr(run_dir):

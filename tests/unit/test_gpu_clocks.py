@@ -212,3 +212,25 @@ def test_calibrate_adds_the_clocks_to_its_training_records(tmp_path, monkeypatch
     assert all(r["gpu_clocks"][0]["uuid"] == "aaaa-1" and r["gpu_clocks"][0]["sm_mhz_mean"] == 1500 for r in sampled)
     assert all("gpu_clocks" not in r for r in records if "gpu_uuids" not in r)
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_rank_whose_gpu_ran_slow_is_named_with_what_held_it_down():
+    from topowise.monitor.rules import clock_cause
+
+    words = gpu_clocks.reason_words
+    cause = clock_cause([1750.0, 1320.0, 1760.0], [SW_POWER_CAP, SW_THERMAL | SW_POWER_CAP, SW_POWER_CAP], 1, words)
+    assert cause == ("its GPU's SM clock was 1320 MHz, the ranks' median 1750 "
+                     "(held down by the power limit and temperature)")
+    assert clock_cause([1750.0, 1700.0], [0, 0], 1, words) is None  # within 5% of the median: not the cause
+    assert clock_cause([float("nan"), float("nan")], [0, 0], 1, words) is None  # no NVML (CPU)
+    assert clock_cause([1750.0, float("nan")], [0, 0], 0, words) is None  # one clock known: nothing to compare
+
+
+def test_the_monitor_reads_its_own_gpu_by_uuid():
+    nvml = FakeNvml()
+    clock = gpu_clocks.DeviceClock.open("aaaa-1", nvml=nvml)
+    assert clock.read() == (1500.0, SW_POWER_CAP)
+    clock.close()
+    assert nvml.shut
+    assert gpu_clocks.DeviceClock.open("bbbb-0", nvml=FakeNvml()) is None  # not on this node
+    assert gpu_clocks.DeviceClock.open("aaaa-1", nvml=FakeNvml(fail_init=True)) is None

@@ -164,10 +164,7 @@ class ClockSampler:
             self._stop.wait(self.interval_s)
 
     def _shutdown(self) -> None:
-        try:
-            self._nvml.nvmlShutdown()
-        except Exception:
-            pass
+        _shutdown(self._nvml)
 
 
 def add_clocks_to_records(path, sampler: ClockSampler) -> int:
@@ -195,6 +192,59 @@ def add_clocks_to_records(path, sampler: ClockSampler) -> int:
         tmp.write_text("\n".join(lines) + "\n")
         os.replace(tmp, path)
     return added
+
+
+def reason_words(bits: int) -> list[str]:
+    """What held a clock down, in words, from its event reason bits."""
+    names = ((SW_POWER_CAP, "the power limit"), (SW_THERMAL | HW_THERMAL, "temperature"),
+             (HW_SLOWDOWN, "a hardware slowdown"), (HW_POWER_BRAKE, "the power brake"))
+    return [word for bit, word in names if bits & bit]
+
+
+class DeviceClock:
+    """One GPU's SM clock and clock event reasons, read on demand (a few NVML calls, tens of
+    microseconds, no GPU synchronisation): StepMonitor reads it once per step."""
+
+    def __init__(self, nvml, handle):
+        self._nvml, self._handle = nvml, handle
+        self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    @classmethod
+    def open(cls, uuid: str, nvml=None) -> DeviceClock | None:
+        """The GPU with this UUID (torch's or NVML's form), or None where NVML cannot say."""
+        try:
+            nvml = nvml if nvml is not None else _import_pynvml()
+            nvml.nvmlInit()
+        except Exception:
+            return None
+        try:
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                if normalize_uuid(_text(nvml.nvmlDeviceGetUUID(handle))) == normalize_uuid(uuid):
+                    return cls(nvml, handle)
+        except Exception:
+            pass
+        _shutdown(nvml)
+        return None
+
+    def read(self) -> tuple[float, int]:
+        """(SM MHz, reason bits); (NaN, 0) if NVML stops answering."""
+        try:
+            return (float(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM)),
+                    int(self._reasons(self._handle)))
+        except Exception:
+            return float("nan"), 0
+
+    def close(self) -> None:
+        _shutdown(self._nvml)
+
+
+def _shutdown(nvml) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:
+        pass
 
 
 def _import_pynvml():

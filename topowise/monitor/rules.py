@@ -101,3 +101,23 @@ def waits(arrival: Arrival) -> Waits:
         per_rank = [max(w, r - min(ready), s - min(start)) for w, r, s in zip(per_rank, ready, start)]
     per_rank[slowest] = 0.0  # the rank the others waited for did not wait
     return Waits(tuple(per_rank), slowest, max(anchor) - last, late_at)
+
+
+# A rank whose GPU ran under this fraction of the median SM clock of the ranks is named as slowed by it.
+SLOW_CLOCK = 0.95
+
+
+def clock_cause(sm_mhz: list[float], reasons: list[int], rank: int, words) -> str | None:
+    """Why `rank` may have been slow: "its GPU's SM clock was 1320 MHz, the ranks' median 1755 (held down
+    by temperature)", when its clock was under SLOW_CLOCK x the median of the ranks' known clocks; else
+    None. `words(bits)` names what held a clock down (topowise.measure.gpu_clocks.reason_words)."""
+    known = [m for m in sm_mhz if not math.isnan(m)]
+    if len(known) < 2 or math.isnan(sm_mhz[rank]):
+        return None
+    median = statistics.median(known)
+    if sm_mhz[rank] >= SLOW_CLOCK * median:
+        return None
+    held = words(int(reasons[rank]))
+    return (f"its GPU's SM clock was {sm_mhz[rank]:.0f} MHz, the ranks' median {median:.0f}"
+            + (f" (held down by {' and '.join(held)})" if held else ""))
+

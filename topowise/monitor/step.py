@@ -5,8 +5,9 @@ Per step, per rank: three marks on the compute stream (CUDA events on GPU, perf_
 step's start, the moment the rank's own backward compute is done ("ready", from a hook on the first
 module of the forward, or `mon.ready()`), and the step's end. GPU events are read two steps later
 (they are done by then; reading them costs no wait). Each rank's two numbers (end - start,
-end - ready) go to the other ranks through an asynchronous all_gather of 3 floats on a gloo group of
-the monitor's own (CPU tensors: no NCCL call, no GPU sync), collected one step later. From those,
+end - ready), with its GPU's SM clock and clock event reasons as the step ended (NVML, read on the host),
+go to the other ranks through an asynchronous all_gather of 5 floats on a gloo group of the monitor's
+own (CPU tensors: no NCCL call, no GPU sync), collected one step later. From those,
 topowise.monitor.rules.waits says which rank was late and how long each other rank waited for it.
 """
 
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from topowise.measure import gpu_clocks
 from topowise.monitor import rules
 
 READ_AFTER_STEPS = 2  # GPU events are read this many steps after they were recorded
@@ -49,13 +51,14 @@ def _collective_of(model) -> str:
 class _Marks:
     """One step's marks: events on GPU, host times on CPU."""
 
-    __slots__ = ("step", "start", "ready", "end", "phases", "wall")
+    __slots__ = ("step", "start", "ready", "end", "phases", "wall", "sm_mhz", "clock_reasons")
 
     def __init__(self, step: int):
         self.step = step
         self.start = self.ready = self.end = None
         self.phases: list[tuple[str, object]] = []
         self.wall = time.time()
+        self.sm_mhz, self.clock_reasons = math.nan, 0  # the GPU's, as the step ends (NVML)
 
 
 class StepMonitor:
@@ -115,6 +118,9 @@ class StepMonitor:
         self._wait_medians = [rules.RunningMedian(window) for _ in range(self.world_size)]
         self._hooks: list = []
         self._anchor = None
+        # this rank's GPU's SM clock, read as each step ends: a rank late because its GPU ran slow says so
+        self._clock = gpu_clocks.DeviceClock.open(str(torch.cuda.get_device_properties(
+            torch.cuda.current_device()).uuid)) if self.cuda else None
         if model is not None:
             self._probe_first_module(model)
         self._write({"kind": "start", "rank": self.rank, "world_size": self.world_size, "collective": self.collective,
@@ -153,6 +159,8 @@ class StepMonitor:
         if marks is None:
             return
         marks.end = self._mark()
+        if self._clock is not None:
+            marks.sm_mhz, marks.clock_reasons = self._clock.read()
         self._current = None
         self._step = marks.step + 1
         self._unread.append(marks)
@@ -166,6 +174,9 @@ class StepMonitor:
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
+        if self._clock is not None:
+            self._clock.close()
+            self._clock = None
         self._file.close()
         if self._writer is not None:
             self._writer.close()
@@ -233,7 +244,8 @@ class StepMonitor:
             self._finish_gathers(wait=True)
 
     def _row(self, marks: _Marks) -> list[float]:
-        return [float(marks.step), self._elapsed(marks.start, marks.end), self._elapsed(marks.ready, marks.end)]
+        return [float(marks.step), self._elapsed(marks.start, marks.end), self._elapsed(marks.ready, marks.end),
+                marks.sm_mhz, float(marks.clock_reasons)]
 
     def _start_gather(self) -> None:
         batch, self._rows = self._rows, []
@@ -261,6 +273,7 @@ class StepMonitor:
 
     def _judge(self, marks: _Marks, rows: list[list[float]]) -> None:
         step_times = [r[1] for r in rows]
+        sm_mhz, clock_reasons = [r[3] for r in rows], [int(r[4]) for r in rows]
         arrival = rules.Arrival(tuple(step_times), tuple(r[2] for r in rows))
         found = rules.waits(arrival)
         judged = marks.step >= self.warmup
@@ -287,12 +300,14 @@ class StepMonitor:
                 "wait_s": _num(found.wait_s[self.rank]), "slowest_rank": found.slowest_rank,
                 "slow_by_s": _num(found.slow_by_s), "late_at": found.late_at, "collective": self.collective,
                 "phases": phases, "predicted_step_s": self.predicted_step_s, "judged": judged,
-                "step_times_s": [_num(t) for t in step_times], "waits_s": [_num(w) for w in found.wait_s], **record}
+                "step_times_s": [_num(t) for t in step_times], "waits_s": [_num(w) for w in found.wait_s],
+                "sm_mhz": [_num(m) for m in sm_mhz], "clock_reasons": clock_reasons, **record}
         self._write(line)
         if self._writer is not None:
             self._to_tensorboard(marks.step, step_times, found.wait_s)
         if spikes and self.rank == 0 and not self.quiet:
-            self._say(marks.step, found, spikes)
+            self._say(marks.step, found, spikes,
+                      rules.clock_cause(sm_mhz, clock_reasons, found.slowest_rank, gpu_clocks.reason_words))
 
     def _phases(self, marks: _Marks) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -301,8 +316,9 @@ class StepMonitor:
             out[name] = _num(out.get(name, 0.0) + self._elapsed(begin, end))
         return out
 
-    def _say(self, step: int, found: rules.Waits, spikes: list) -> None:
-        """One stderr line: who was late and who waited for it, or, where nobody waited, whose step was long."""
+    def _say(self, step: int, found: rules.Waits, spikes: list, clock: str | None = None) -> None:
+        """One stderr line: who was late and who waited for it (and, where its GPU's clock was low, that),
+        or, where nobody waited, whose step was long."""
         waiting = [s for s in spikes if s[1]]
         if waiting:
             late = "started the step" if found.late_at == "start" else "finished its compute"
@@ -312,7 +328,8 @@ class StepMonitor:
             text = (f"step {step}: rank {found.slowest_rank} slow ({late} {found.slow_by_s * 1e3:.0f} ms late), "
                     f"rank{'s' if len(waiting) > 1 else ''} {ranks} waited {'up to ' if len(waiting) > 1 else ''}"
                     f"{wait * 1e3:.0f} ms in {self.collective} (median wait {wait_median * 1e3:.1f} ms; "
-                    f"step {step_time * 1e3:.0f} ms, {step_time / step_median:.1f}x the median)")
+                    f"step {step_time * 1e3:.0f} ms, {step_time / step_median:.1f}x the median)"
+                    + (f"; rank {found.slowest_rank}: {clock}" if clock else ""))
         else:
             longest = max(spikes, key=lambda s: s[4] / s[5])
             rank, _w, _wait, _m, step_time, step_median = longest
