@@ -46,8 +46,9 @@ def test_waits_name_the_rank_whose_compute_ended_late():
     assert found.wait_s == (0.0, pytest.approx(0.2))
 
 
-def write_run(folder, world=2, steps=12, slow_step=9):
-    """Hand-written monitor files: rank 1 started step `slow_step` 250 ms late, rank 0 waited."""
+def write_run(folder, world=2, steps=12, slow_step=9, clocks=None):
+    """Hand-written monitor files: rank 1 started step `slow_step` 250 ms late, rank 0 waited. `clocks`:
+    (SM MHz, reason bits) per rank, every step."""
     for rank in range(world):
         lines = [{"kind": "start", "rank": rank, "world_size": world, "collective": "the gradient all-reduce",
                   "predicted_step_s": 0.1}]
@@ -59,7 +60,9 @@ def write_run(folder, world=2, steps=12, slow_step=9):
                           "step_time_s": times[rank], "wait_s": waits[rank], "slowest_rank": 1 if slow else 0,
                           "slow_by_s": 0.25 if slow else 0.0, "late_at": "start",
                           "collective": "the gradient all-reduce", "step_times_s": times, "waits_s": waits,
-                          "spike": {"step_time": slow and rank == 0, "wait": slow and rank == 0}})
+                          "spike": {"step_time": slow and rank == 0, "wait": slow and rank == 0},
+                          **({"sm_mhz": [c[0] for c in clocks], "clock_reasons": [c[1] for c in clocks]}
+                             if clocks else {})})
         (folder / f"monitor.rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
@@ -88,3 +91,19 @@ def test_summarize_a_folder_without_monitor_files(tmp_path, capsys):
     assert main(["monitor", "summarize", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("topowise: error:") and "monitor.rank" in err
+
+
+def test_a_rank_whose_gpu_ran_slow_is_said_so(tmp_path, capsys):
+    write_run(tmp_path, clocks=[(1750.0, 0x4), (1300.0, 0x4 | 0x20)])  # rank 1: power limit and temperature
+    summary = summarize(str(tmp_path))
+    assert summary.ranks[1].median_sm_mhz == 1300 and summary.ranks[1].held_share == 1.0
+    assert summary.ranks[0].held_share == 0.0  # the power limit alone is every busy H200's state
+    said = [line for line in verdict(summary) if "MHz" in line]
+    assert said == ["Rank 1's GPU ran at 1300 MHz (median SM clock as its steps ended) against the ranks' 1525; "
+                    "temperature or a hardware slowdown held it down in 100% of its steps."]
+    assert main(["monitor", "summarize", str(tmp_path), "--no-plot"]) == 0
+    assert "SM" in capsys.readouterr().out
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_run(plain)
+    assert not [line for line in verdict(summarize(str(plain))) if "MHz" in line]

@@ -45,13 +45,16 @@ def run(args: argparse.Namespace) -> int:
 
     out = console()
     ranks = Table(title=f"{summary.run_dir}: {summary.world_size} ranks, waits in {summary.collective}")
+    clocks = any(not math.isnan(r.median_sm_mhz) for r in summary.ranks)
     for header in ("rank", "steps", "median\nstep ms", "p90\nstep ms", "median\nwait ms", "max\nwait ms",
-                   "long\nsteps", "wait\nspikes", "slow rank at\nspike steps", "late in\nall ms"):
+                   "long\nsteps", "wait\nspikes", "slow rank at\nspike steps", "late in\nall ms") \
+            + (("SM\nMHz",) if clocks else ()):
         column(ranks, header, justify="right")
     for r in summary.ranks:
         ranks.add_row(str(r.rank), str(r.steps), _ms(r.median_step_s), _ms(r.p90_step_s), _ms(r.median_wait_s),
                       _ms(r.max_wait_s), str(r.step_spikes), str(r.wait_spikes), str(r.slowest_at_spikes),
-                      _ms(r.late_total_s))
+                      _ms(r.late_total_s), *((f"{r.median_sm_mhz:.0f}" if not math.isnan(r.median_sm_mhz) else "-",)
+                                             if clocks else ()))
     print_whole(out, ranks)
 
     rows = summary.steps if args.all_steps else [v for v in summary.steps

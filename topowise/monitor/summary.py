@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topowise.errors import UsageError
+from topowise.measure.gpu_clocks import THERMAL_OR_HARDWARE
+from topowise.monitor.rules import SLOW_CLOCK
 
 FILE = re.compile(r"monitor\.rank(\d+)\.jsonl$")
 
@@ -29,6 +31,8 @@ class RankStats:
     wait_spikes: int
     slowest_at_spikes: int  # spike steps at which this rank was the one the others waited for
     late_total_s: float  # over those steps, how late it was in all
+    median_sm_mhz: float = math.nan  # its GPU's SM clock as its steps ended (NaN: no NVML, e.g. CPU)
+    held_share: float = 0.0  # of its steps, those whose clock temperature or a hardware slowdown held down
 
 
 @dataclass
@@ -114,6 +118,7 @@ def summarize(run_dir: str) -> Summary:
                                                                   if s.get("step_time")),
                             "collective": rec.get("collective"), "step_times_s": rec.get("step_times_s"),
                             "waits_s": rec.get("waits_s")})
+    ordered = [view[s] for s in sorted(view)]
     ranks = []
     for rank in range(world):
         own = steps.get(rank, [])
@@ -126,10 +131,20 @@ def summarize(run_dir: str) -> Summary:
             median_wait_s=statistics.median(waits) if waits else math.nan, max_wait_s=max(waits, default=math.nan),
             step_spikes=sum(1 for r in own if (r.get("spike") or {}).get("step_time")),
             wait_spikes=sum(1 for r in own if (r.get("spike") or {}).get("wait")),
-            slowest_at_spikes=slowest[rank], late_total_s=late[rank]))
+            slowest_at_spikes=slowest[rank], late_total_s=late[rank], **_clock_stats(ordered, rank)))
     return Summary(run_dir=str(run_dir), world_size=world, collective=first.get("collective") or "the collectives",
                    predicted_step_s=first.get("predicted_step_s"), ranks=ranks, spike_steps=spike_steps,
-                   steps=[view[s] for s in sorted(view)])
+                   steps=ordered)
+
+
+def _clock_stats(views: list[dict], rank: int) -> dict:
+    """The rank's median SM clock over the steps, and how often heat or a hardware slowdown held it down."""
+    mhz = [_num(v["sm_mhz"][rank]) for v in views if len(v.get("sm_mhz") or []) > rank]
+    mhz = [m for m in mhz if not math.isnan(m)]
+    bits = [int(v["clock_reasons"][rank]) for v in views if len(v.get("clock_reasons") or []) > rank]
+    held = sum(1 for b in bits if b & THERMAL_OR_HARDWARE)
+    return {"median_sm_mhz": statistics.median(mhz) if mhz else math.nan,
+            "held_share": held / len(bits) if bits else 0.0}
 
 
 def verdict(summary: Summary) -> list[str]:
@@ -153,6 +168,15 @@ def verdict(summary: Summary) -> list[str]:
         lines.append(f"{len(long_only)} step(s) were long on a rank with no rank waiting for another (compute, "
                      f"the host, or the collective itself): steps {', '.join(str(s['step']) for s in long_only[:10])}"
                      + (" ..." if len(long_only) > 10 else "") + ".")
+    clocks = {r.rank: r.median_sm_mhz for r in summary.ranks if not math.isnan(r.median_sm_mhz)}
+    if len(clocks) > 1:
+        typical = statistics.median(clocks.values())
+        for r in summary.ranks:
+            if r.rank in clocks and clocks[r.rank] < SLOW_CLOCK * typical:
+                lines.append(f"Rank {r.rank}'s GPU ran at {clocks[r.rank]:.0f} MHz (median SM clock as its steps "
+                             f"ended) against the ranks' {typical:.0f}"
+                             + (f"; temperature or a hardware slowdown held it down in {100 * r.held_share:.0f}% "
+                                "of its steps" if r.held_share else "") + ".")
     if summary.predicted_step_s:
         medians = [r.median_step_s for r in summary.ranks if not math.isnan(r.median_step_s)]
         if medians:
