@@ -270,7 +270,7 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         # input (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward,
         # _fsdp_collectives.py foreach_reduce): first the bf16 gradient and the input, then the input and
         # the output, which is the root's sharded gradient. On one H200 the model that kept both params and
-        # gradient beside the input was 70-98% of 4 x root over in all 13 runs whose peak this is.
+        # gradient beside the input was 48-98% of 4 x root over in all 13 runs whose peak this is.
         copy_in = {"root unsharded bf16 gradient": 2 * root, "root fp32 reduce-scatter input": 4 * root}
         end = {"root fp32 reduce-scatter input": 4 * root}
 
