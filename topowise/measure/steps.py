@@ -285,7 +285,7 @@ def step_result(case: TrainCase, rank, times: list[float], losses: list, measure
     where = {}
     if cuda and marks and len(marks) == len(times) + 1:
         uuids = [None] * rank.world_size
-        dist.all_gather_object(uuids, str(torch.cuda.get_device_properties(rank.device).uuid))
+        dist.all_gather_object(uuids, str(getattr(torch.cuda.get_device_properties(rank.device), "uuid", "")))
         where = {"gpu_uuids": uuids, "timed_window_unix_s": [marks[case.warmup], marks[-1]]}
     return {
         "status": "ok",

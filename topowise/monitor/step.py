@@ -119,8 +119,7 @@ class StepMonitor:
         self._hooks: list = []
         self._anchor = None
         # this rank's GPU's SM clock, read as each step ends: a rank late because its GPU ran slow says so
-        self._clock = gpu_clocks.DeviceClock.open(str(torch.cuda.get_device_properties(
-            torch.cuda.current_device()).uuid)) if self.cuda else None
+        self._clock = _own_gpu_clock() if self.cuda else None
         if model is not None:
             self._probe_first_module(model)
         self._write({"kind": "start", "rank": self.rank, "world_size": self.world_size, "collective": self.collective,
@@ -364,6 +363,13 @@ class StepMonitor:
         self._writer.add_scalars("wait_ms", {f"rank{r}": w * 1e3 for r, w in zip(ranks, waits)}, step)
         if self.predicted_step_s:
             self._writer.add_scalar("predicted_step_ms", self.predicted_step_s * 1e3, step)
+
+
+def _own_gpu_clock() -> gpu_clocks.DeviceClock | None:
+    """This process's GPU through NVML, or None (no NVML, or a torch whose device properties have no
+    UUID): the clocks are an extra, never a reason for the user's training to fail."""
+    uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+    return gpu_clocks.DeviceClock.open(str(uuid)) if uuid is not None else None
 
 
 def _num(value: float) -> float | None:
