@@ -150,8 +150,7 @@ class ClockSampler:
 
     def _run(self) -> None:
         nvml = self._nvml
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nvml.nvmlDeviceGetCurrentClocksThrottleReasons  # the name before NVML 12.2
+        reasons = _reasons_call(nvml)
         while not self._stop.is_set():
             now = time.time()
             try:
@@ -207,8 +206,7 @@ class DeviceClock:
 
     def __init__(self, nvml, handle):
         self._nvml, self._handle = nvml, handle
-        self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        self._reasons = _reasons_call(nvml)
 
     @classmethod
     def open(cls, uuid: str, nvml=None) -> DeviceClock | None:
@@ -238,6 +236,13 @@ class DeviceClock:
 
     def close(self) -> None:
         _shutdown(self._nvml)
+
+
+def _reasons_call(nvml):
+    """NVML's clock event reasons call (named ...ThrottleReasons before NVML 12.2); one that says 0 if
+    neither is there."""
+    return (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None) or (lambda _handle: 0))
 
 
 def _shutdown(nvml) -> None:
