@@ -199,13 +199,17 @@ def test_calibrate_adds_the_clocks_to_its_training_records(tmp_path, monkeypatch
             f.write(json.dumps({"kind": "train", "fabric": config["fabric"], "gpu_uuids": ["GPU-AAAA-1"],
                                 "timed_window_unix_s": [start, time.time()]}) + "\n")
             f.write(json.dumps({"kind": "train", "fabric": config["fabric"], "status": "oom"}) + "\n")
+            if config["fabric"] == GPU_CALIBRATION.fabrics[-1]:
+                f.write('{"kind": "train", "cut sh')  # a rank killed mid-line
         return 0
 
     monkeypatch.setattr(launcher, "launch", fake_launch)
     monkeypatch.setattr(gpu_clocks, "_import_pynvml", lambda: FakeNvml())
     monkeypatch.setattr(gpu_clocks, "INTERVAL_S", 0.001)
     assert measure(GPU_CALIBRATION, 2, tmp_path, timeout_s=30) == []
-    records = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "train.jsonl").read_text().splitlines()
+    assert lines[-1] == '{"kind": "train", "cut sh'  # kept as it was
+    records = [json.loads(line) for line in lines[:-1]]
     sampled = [r for r in records if "gpu_uuids" in r]
     assert len(sampled) == len(GPU_CALIBRATION.fabrics) and len(records) == 2 * len(sampled)
     # each launch's record gets the clocks of its own window, once

@@ -14,9 +14,12 @@ The NVML module is a parameter so that tests run without GPUs.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 # nvml.h, nvmlClocksEventReasons: why the clock is below its maximum right now
 SW_POWER_CAP = 0x4  # the board's power limit
@@ -170,17 +173,16 @@ def add_clocks_to_records(path, sampler: ClockSampler) -> int:
     """Give the train records in the JSONL file at `path` that say where and when their timed steps ran,
     and have no clocks yet, the sampler's clocks of that window; rewrite the file whole (a temporary file
     renamed over it, so an interruption leaves the old one). The records added to."""
-    import json
-    import os
-    from pathlib import Path
-
     path = Path(path)
     if not path.is_file() or not sampler.samples:
         return 0
     lines, added = [], 0
     for line in path.read_text().splitlines():
-        record = json.loads(line) if line.strip() else None
-        if record and record.get("kind") == "train" and not record.get("gpu_clocks"):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:  # a line cut short by a killed rank stays as it is
+            record = None
+        if isinstance(record, dict) and record.get("kind") == "train" and not record.get("gpu_clocks"):
             seen = sampler.summary(record.get("gpu_uuids"), record.get("timed_window_unix_s"))
             if seen:
                 record["gpu_clocks"], added = seen, added + 1
