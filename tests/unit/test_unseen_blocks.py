@@ -60,6 +60,11 @@ def test_validate_replays_them_with_the_default_profile(tmp_path, capsys):
                  "--out", str(tmp_path / "v.jsonl"), "--no-plot", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["by_bound"]["gpu"]["cases"] == 5
+    clocks = doc["summary"]["gpu_clocks"]  # bench train recorded them on the H200
+    assert clocks["runs"] == 8 and 1000 < clocks["sm_mhz_mean_min"] <= clocks["sm_mhz_mean_max"] <= 1980
+    assert main(["validate", "--measured", str(RUN27), "--topology", "h200-x2", "--profile", "default",
+                 "--out", str(tmp_path / "v.jsonl"), "--no-plot"]) == 0
+    assert "GPU clocks over the 8 measured runs: SM" in capsys.readouterr().out
 
 
 def test_compiled_and_selectively_checkpointed_runs_hold_too():

@@ -15,6 +15,7 @@ from topowise.calibrate.machine import live_topology
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.profile_store import fingerprint_text, machine_fingerprint
 from topowise.errors import UsageError
+from topowise.measure.gpu_clocks import clocks_over
 from topowise.measure.records import append_record, read_records, relative_error
 from topowise.run import STRATEGY_NAMES
 from topowise.units import GIB
@@ -197,7 +198,8 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
         out_path.unlink(missing_ok=True)  # derived from the measurements: written whole each time
         for r in rows:
             append_record(out_path, r.to_record(profile.fingerprint))
-    summary = dict(summarize(rows), problems=problems)
+    # the GPUs' clocks over the measured runs, where their records have them: a fit carries its runs' clock
+    summary = dict(summarize(rows), problems=problems, gpu_clocks=clocks_over(recs))
     plot_path = None
     if make_plot:
         plot_path = plot or (str(out_path.with_suffix(".png")) if out_path else "topowise-validation.png")

@@ -106,6 +106,19 @@ def slowest(clocks: list[dict] | None) -> dict | None:
     return min(clocks, key=lambda c: c["sm_mhz_mean"]) if clocks else None
 
 
+def clocks_over(records: list[dict]) -> dict | None:
+    """Of the records that have clocks, the range of each run's slowest GPU's mean SM clock, the rated
+    clock and the range of the power-capped share; None where no record has them."""
+    seen = [slowest(r.get("gpu_clocks")) for r in records]
+    seen = [c for c in seen if c]
+    if not seen:
+        return None
+    mhz, capped = [c["sm_mhz_mean"] for c in seen], [c["power_capped_share"] for c in seen]
+    return {"runs": len(seen), "sm_mhz_mean_min": min(mhz), "sm_mhz_mean_max": max(mhz),
+            "max_sm_mhz": seen[0]["max_sm_mhz"], "power_capped_share_min": min(capped),
+            "power_capped_share_max": max(capped), "thermal_share_max": max(c["thermal_share"] for c in seen)}
+
+
 class ClockSampler:
     """`with ClockSampler() as sampler:` samples every GPU NVML sees, every `interval_s`, on a
     thread, until the block ends; then `sampler.summary(uuids, window)`. Quietly off without NVML."""
