@@ -238,3 +238,15 @@ def test_the_monitor_reads_its_own_gpu_by_uuid():
     assert nvml.shut
     assert gpu_clocks.DeviceClock.open("bbbb-0", nvml=FakeNvml()) is None  # not on this node
     assert gpu_clocks.DeviceClock.open("aaaa-1", nvml=FakeNvml(fail_init=True)) is None
+
+
+def test_clocks_over_runs_in_words():
+    from topowise.measure.gpu_clocks import clocks_over, describe_clocks
+
+    records = [{"gpu_clocks": CLOCKS}, {"gpu_clocks": [dict(CLOCKS[0], sm_mhz_mean=1960.0, power_capped_share=0.9)]},
+               {"status": "oom"}]
+    over = clocks_over(records)
+    assert over["runs"] == 2 and over["sm_mhz_mean_min"] == 1702 and over["sm_mhz_mean_max"] == 1960
+    assert describe_clocks(over) == ("SM 1702-1960 MHz mean per run (rated 1980); the power limit held them down "
+                                     "in 90-97% of the samples, temperature or a hardware slowdown in up to 5%")
+    assert clocks_over([{"status": "oom"}]) is None

@@ -18,6 +18,7 @@ from topowise.calibrate.validate import compare
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.profile_store import cache_path, fingerprint_text, machine_fingerprint, parse_fingerprint
 from topowise.errors import UsageError
+from topowise.measure.gpu_clocks import clocks_over
 from topowise.measure.records import append_record
 from topowise.topology.model import Topology
 
@@ -121,6 +122,7 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     report["measure_s"] = meta.get("measure_s")
     report["problems"] = meta.get("problems", [])
     report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]
+    report["gpu_clocks"] = clocks_over([r for r in recs if r.get("kind") == "train"])  # the rates carry these
     target = Path(out) if out else None
     cached = cache_path(fp_text) if use_cache else None
     report["warnings"] = fit_warnings(report, parse_fingerprint(fp_text).get("device", device), cached is not None)

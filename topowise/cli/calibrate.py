@@ -211,6 +211,11 @@ def render(result) -> None:
     if mem.get("observations"):
         console.print(f"memory fit over {mem['observations']} runs: rms error {100 * mem['rms_error']:.1f}%, "
                       f"worst {100 * mem['max_error']:.1f}%")
+    if rep.get("gpu_clocks"):  # the fitted GPU rates carry the clock these runs had
+        from topowise.measure.gpu_clocks import describe_clocks
+
+        console.print(f"GPU clocks over the {rep['gpu_clocks']['runs']} training runs: "
+                      f"{describe_clocks(rep['gpu_clocks'])}", highlight=False)
     detail = rep.get("runs_detail") or []
     if detail:
         rows = [(d["fabric"], f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}",

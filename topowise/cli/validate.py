@@ -206,15 +206,11 @@ def render(result, where: str, device: str) -> None:
         if b and b["cases"]:
             console.print(f"  {words}: {b['cases']} cases, step time mean abs error {abs_pct(b['mean_abs_error'])}, "
                           f"max {abs_pct(b['max_abs_error'])}")
-    clocks = s.get("gpu_clocks")
-    if clocks:
-        low, high = (f"{100 * clocks[k]:.0f}" for k in ("power_capped_share_min", "power_capped_share_max"))
-        capped = [low] if low == high else [low, high]
-        console.print(f"GPU clocks over the {clocks['runs']} measured runs: SM {clocks['sm_mhz_mean_min']:.0f}-"
-                      f"{clocks['sm_mhz_mean_max']:.0f} MHz mean per run (rated {clocks['max_sm_mhz']:.0f}); the power "
-                      f"limit held them down in {'-'.join(capped)}% of the samples"
-                      + (f", temperature or a hardware slowdown in up to {100 * clocks['thermal_share_max']:.0f}%"
-                         if clocks["thermal_share_max"] else ""), highlight=False)
+    if s.get("gpu_clocks"):
+        from topowise.measure.gpu_clocks import describe_clocks
+
+        clocks = s["gpu_clocks"]
+        console.print(f"GPU clocks over the {clocks['runs']} measured runs: {describe_clocks(clocks)}", highlight=False)
     for g in s["ranking"]:
         grp = g["group"]
         mark = "[green]ok[/]" if g["ok"] else "[red]MISS[/]"

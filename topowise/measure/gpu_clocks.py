@@ -119,6 +119,17 @@ def clocks_over(records: list[dict]) -> dict | None:
             "power_capped_share_max": max(capped), "thermal_share_max": max(c["thermal_share"] for c in seen)}
 
 
+def describe_clocks(clocks: dict) -> str:
+    """clocks_over's dict in words: "SM 1681-1980 MHz mean per run (rated 1980); the power limit held
+    them down in 0-100% of the samples"."""
+    low, high = (f"{100 * clocks[k]:.0f}" for k in ("power_capped_share_min", "power_capped_share_max"))
+    capped = low if low == high else f"{low}-{high}"
+    heat = clocks["thermal_share_max"]
+    return (f"SM {clocks['sm_mhz_mean_min']:.0f}-{clocks['sm_mhz_mean_max']:.0f} MHz mean per run (rated "
+            f"{clocks['max_sm_mhz']:.0f}); the power limit held them down in {capped}% of the samples"
+            + (f", temperature or a hardware slowdown in up to {100 * heat:.0f}%" if heat else ""))
+
+
 class ClockSampler:
     """`with ClockSampler() as sampler:` samples every GPU NVML sees, every `interval_s`, on a
     thread, until the block ends; then `sampler.summary(uuids, window)`. Quietly off without NVML."""
