@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from topowise.calibrate.fit import observation_from, predictor  # noqa: E402
+from topowise.calibrate.validate import compare  # noqa: E402
 from topowise.costmodel.profile import default_profile  # noqa: E402
 from topowise.errors import UsageError  # noqa: E402
 from topowise.models.spec import ModelSpec  # noqa: E402
@@ -61,15 +61,9 @@ def fit(records: list[dict], models: set[str] | None, max_tokens: int) -> dict[s
 
 
 def check(records: list[dict]) -> list[tuple]:
-    topo = load_topology("h200-x2")  # one GPU of it where the records ran on one H200
-    predict_one = predictor(topo)
-    rows = []
-    for r in records:
-        o = observation_from(r)
-        p = predict_one(default_profile(), o)
-        rows.append((r["model"], r["strategy"], f"{r['micro_batch']}x{r['seq_len']}", r["step_time_s"], p.step_time_s,
-                     p.step_time_s / r["step_time_s"] - 1, p.time.host_wait_s))
-    return rows
+    rows = compare(records, default_profile(), load_topology("h200-x2"))  # one GPU of it where the records ran
+    return [(r.case.model, r.case.strategy, f"{r.case.micro_batch}x{r.case.seq_len}", r.measured_step_s,
+             r.predicted_step_s, r.step_error, r.breakdown["host_wait_s"]) for r in rows]
 
 
 def main() -> int:

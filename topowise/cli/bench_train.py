@@ -217,19 +217,15 @@ def print_tables(console, records: list[dict]) -> None:
 
 def clock_note(records: list[dict]) -> str | None:
     """What the SM MHz column means, and how often the clock was held down (None without clocks)."""
-    from topowise.measure.gpu_clocks import slowest
+    from topowise.measure.gpu_clocks import capped_span, clocks_over
 
-    seen = [slowest(r.get("gpu_clocks")) for r in records]
-    seen = [c for c in seen if c]
-    if not seen:
+    c = clocks_over(records)
+    if not c:
         return None
-    capped = [c["power_capped_share"] for c in seen]
-    thermal = max(c["thermal_share"] for c in seen)
-    low, high = f"{100 * min(capped):.0f}", f"{100 * max(capped):.0f}"
-    span = f"{low}%" if low == high else f"{low}-{high}%"
-    return (f"SM MHz: mean SM clock over the timed steps, the slowest GPU's (rated {seen[0]['max_sm_mhz']:.0f} MHz, "
-            f"power limit {seen[0]['power_limit_w']:.0f} W); the power limit held it down in {span} of the samples"
-            + (f"; temperature or a hardware slowdown in up to {100 * thermal:.0f}%" if thermal else ""))
+    return (f"SM MHz: mean SM clock over the timed steps, the slowest GPU's (rated {c['max_sm_mhz']:.0f} MHz, "
+            f"power limit {c['power_limit_w']:.0f} W); the power limit held it down in {capped_span(c)} of the samples"
+            + (f"; temperature or a hardware slowdown in up to {100 * c['thermal_share_max']:.0f}%"
+               if c["thermal_share_max"] else ""))
 
 
 def _table(title: str):

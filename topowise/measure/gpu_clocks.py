@@ -115,19 +115,24 @@ def clocks_over(records: list[dict]) -> dict | None:
         return None
     mhz, capped = [c["sm_mhz_mean"] for c in seen], [c["power_capped_share"] for c in seen]
     return {"runs": len(seen), "sm_mhz_mean_min": min(mhz), "sm_mhz_mean_max": max(mhz),
-            "max_sm_mhz": seen[0]["max_sm_mhz"], "power_capped_share_min": min(capped),
+            "max_sm_mhz": seen[0]["max_sm_mhz"], "power_limit_w": seen[0]["power_limit_w"],
+            "power_capped_share_min": min(capped),
             "power_capped_share_max": max(capped), "thermal_share_max": max(c["thermal_share"] for c in seen)}
 
 
 def describe_clocks(clocks: dict) -> str:
     """clocks_over's dict in words: "SM 1681-1980 MHz mean per run (rated 1980); the power limit held
     them down in 0-100% of the samples"."""
-    low, high = (f"{100 * clocks[k]:.0f}" for k in ("power_capped_share_min", "power_capped_share_max"))
-    capped = low if low == high else f"{low}-{high}"
     heat = clocks["thermal_share_max"]
     return (f"SM {clocks['sm_mhz_mean_min']:.0f}-{clocks['sm_mhz_mean_max']:.0f} MHz mean per run (rated "
-            f"{clocks['max_sm_mhz']:.0f}); the power limit held them down in {capped}% of the samples"
+            f"{clocks['max_sm_mhz']:.0f}); the power limit held them down in {capped_span(clocks)} of the samples"
             + (f", temperature or a hardware slowdown in up to {100 * heat:.0f}%" if heat else ""))
+
+
+def capped_span(clocks: dict) -> str:
+    """clocks_over's power-capped shares as "97%" or "90-97%"."""
+    low, high = (f"{100 * clocks[k]:.0f}" for k in ("power_capped_share_min", "power_capped_share_max"))
+    return f"{low}%" if low == high else f"{low}-{high}%"
 
 
 class ClockSampler:
