@@ -9,8 +9,9 @@
   rest plus what checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every block, selective
   every k-th block's forward, per-op selective the matmuls it does not keep whose output the backward
   needs again (every second matmul: the attention output projection, and in the Llama block up).
-  Per-op selective also reruns the blocks' cheap ops: their forward's share of the elementwise
-  traffic below (for "full" that traffic is inside the calibrated rates the full cases were fitted with).
+  Each rerun also costs its forward's share of the elementwise traffic below: per-op selective reruns the
+  cheap ops of every block, a block recomputed whole all of its forward (no fit holds a checkpointed run,
+  so no fitted rate carries it; docs/calibration.md, "Checkpointing and compile on unseen blocks").
 - torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
   traffic (Profile.compiled_activation_traffic: Inductor fuses norms, rotary, SwiGLU and casts), the
   saved activations (memory.py: the activation function's output is recomputed, not kept) and the
@@ -197,8 +198,11 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     act = traffic * activation_bytes_per_token_per_layer(model, autocast=autocast) * tokens * model.num_layers
     fwd_bytes += act * ELEMENTWISE_FORWARD_SHARE
     copy_bytes += act
-    if run.checkpointing == "selective" and run.selective_ac_option == "op":
-        copy_bytes += act * ELEMENTWISE_FORWARD_SHARE  # the cheap ops' forward again, in the backward
+    # what checkpointing reruns in the backward: per-op selective the cheap ops of every block, a block
+    # recomputed whole ("full", every k-th) its forward, elementwise work included
+    rerun = 1.0 if run.checkpointing == "selective" and run.selective_ac_option == "op" \
+        else checkpointed_blocks(run) / model.num_layers
+    copy_bytes += act * ELEMENTWISE_FORWARD_SHARE * rerun
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
