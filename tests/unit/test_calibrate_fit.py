@@ -535,3 +535,15 @@ def test_a_record_without_the_model_fields_replays_its_preset(topo):
     # a new record of the same run carries the same shape, and replays the same
     new = dict(old, model_source=old["model"], model_spec=load_model(old["model"]).to_dict())
     assert compare([new], default_profile(), h200x2)[0].predicted_step_s == row.predicted_step_s
+
+
+def test_selective_every_k_and_per_op_are_different_cases():
+    """Two records of one model and shape, checkpointed per op and every 2nd block, are two cases (validate
+    --measured finds each again) in two ranking groups, and their labels say which is which."""
+    per_op = Case("llama3.2-1b", "ddp", 1, 8192, activation_checkpointing="selective")
+    every_2 = Case("llama3.2-1b", "ddp", 1, 8192, activation_checkpointing="selective", selective_ac_option="2")
+    full = Case("llama3.2-1b", "ddp", 1, 8192, activation_checkpointing=True)
+    assert len({per_op.key, every_2.key, full.key}) == 3 and per_op.group != every_2.group
+    assert per_op.key == Case("llama3.2-1b", "ddp", 1, 8192, activation_checkpointing="selective").key
+    assert [c.label.split(" nvlink ")[1] for c in (per_op, every_2, full)] == ["AC per op", "AC every 2", "AC full"]
+    assert Case("llama3.2-1b", "ddp", 1, 8192).label == "llama3.2-1b ddp mb1 seq8192 nvlink"

@@ -28,20 +28,35 @@ class Case:
     engine: str = "pytorch"  # or "deepspeed" (bench train --engine deepspeed records)
 
     @property
+    def _extra(self) -> tuple:
+        """What tells apart cases the first keys share: every k-th block against per op, the engine."""
+        every_k = self.activation_checkpointing == "selective" and self.selective_ac_option != "op"
+        return (("every", self.selective_ac_option) if every_k else ()) \
+            + ((self.engine,) if self.engine != "pytorch" else ())
+
+    @property
     def key(self) -> tuple:
         return (self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing,
-                self.compile) + ((self.engine,) if self.engine != "pytorch" else ())
+                self.compile) + self._extra
 
     @property
     def group(self) -> tuple:
         """Cases that differ only in strategy share a group (the ranking check)."""
-        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing, self.compile) \
-            + ((self.engine,) if self.engine != "pytorch" else ())
+        return (self.model, self.micro_batch, self.seq_len, self.fabric, self.activation_checkpointing,
+                self.compile) + self._extra
+
+    @property
+    def checkpointing_words(self) -> str:
+        """"" (none), "AC full", "AC per op" or "AC every k" (selective every k-th block)."""
+        if self.activation_checkpointing == "selective":
+            return "AC per op" if self.selective_ac_option == "op" else f"AC every {self.selective_ac_option}"
+        return "AC full" if self.activation_checkpointing else ""
 
     @property
     def label(self) -> str:
-        return (f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} {self.fabric}"
-                + (" compiled" if self.compile else "") + (f" {self.engine}" if self.engine != "pytorch" else ""))
+        return " ".join(w for w in (f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} "
+                                    f"{self.fabric}", self.checkpointing_words, "compiled" if self.compile else "",
+                                    self.engine if self.engine != "pytorch" else "") if w)
 
     def run(self, model: ModelSpec, gpus: Iterable[int], shard_group_size: int | None = None) -> Run:
         """The case on these GPUs, with `model` the spec its name stands for."""

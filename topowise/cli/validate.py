@@ -185,7 +185,7 @@ def render(result, where: str, device: str) -> None:
     for r in result.rows:
         c = r.case
         name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}"
-        name += " ac" if c.activation_checkpointing else ""
+        name += f" {c.checkpointing_words}" if c.checkpointing_words else ""
         name += " compiled" if c.compile else ""
         if r.status != "ok":
             name += f" [red]{r.status}[/]"
