@@ -16,7 +16,7 @@ from topowise.costmodel.memory import (
     selective_kept_bytes_per_token_per_layer,
 )
 from topowise.costmodel.predict import predict
-from topowise.costmodel.step import recompute_flops_per_token
+from topowise.costmodel.step import recompute_flops_per_token, rerun_share
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec, load_model
 from topowise.run import Run
@@ -157,6 +157,18 @@ def test_memory_and_recompute_sit_between_none_and_full():
     assert (preds["none"].memory.peak_bytes > preds["selective"].memory.peak_bytes
             > preds["full"].memory.peak_bytes)
     assert preds["none"].step_time_s < preds["selective"].step_time_s < preds["full"].step_time_s
+
+
+def test_recomputed_blocks_rerun_their_elementwise_work():
+    """Every mode that recomputes charges the forward's share of the blocks' elementwise traffic again in
+    proportion to what it reruns: per op all blocks' cheap ops, full all blocks, every 2nd block half."""
+    assert [rerun_share(run(*m)) for m in (("none", "op"), ("selective", "op"), ("full", "op"), ("selective", "2"),
+                                           ("selective", "3"))] == [0.0, 1.0, 1.0, 0.5, 6 / 16]
+    bound = {m: predict(run(*m), H200X2).time.memory_bound_s for m in (("none", "op"), ("full", "op"),
+                                                                        ("selective", "2"))}
+    assert bound[("full", "op")] > bound[("none", "op")]
+    assert bound[("selective", "2")] - bound[("none", "op")] == pytest.approx(
+        (bound[("full", "op")] - bound[("none", "op")]) / 2)
 
 
 # --- plan and exports ----------------------------------------------------------------------------

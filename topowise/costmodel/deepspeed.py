@@ -75,6 +75,7 @@ from topowise.costmodel.step import (
     LOSS_FORWARD_BYTES_PER_LOGIT,
     exposed_time,
     predict_pytorch,
+    rerun_share,
 )
 from topowise.models.spec import ModelSpec
 from topowise.run import Run
@@ -255,7 +256,7 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     act = profile.activation_traffic * activation_bytes_per_token_per_layer(model) * tokens * model.num_layers
     fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size + act * ELEMENTWISE_FORWARD_SHARE
     bwd_bytes = (LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + act - fwd_bytes
-                 + GRAD_TO_BUCKET_BYTES * model.params)
+                 + act * ELEMENTWISE_FORWARD_SHARE * rerun_share(run) + GRAD_TO_BUCKET_BYTES * model.params)
     step_bytes = deepspeed_copy_bytes(model, strategy, n) - GRAD_TO_BUCKET_BYTES * model.params  # at the step
     memory_bound_s = (fwd_bytes + bwd_bytes + step_bytes) / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm

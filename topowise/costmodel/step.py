@@ -11,7 +11,7 @@
   needs again (every second matmul: the attention output projection, and in the Llama block up).
   Each rerun also costs its forward's share of the elementwise traffic below: per-op selective reruns the
   cheap ops of every block, a block recomputed whole all of its forward (no fit holds a checkpointed run,
-  so no fitted rate carries it; docs/calibration.md, "Checkpointing and compile on unseen blocks").
+  so no fitted rate carries it; docs/calibration.md, "Checkpointing and compile on blocks no fit saw").
 - torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
   traffic (Profile.compiled_activation_traffic: Inductor fuses norms, rotary, SwiGLU and casts), the
   saved activations (memory.py: the activation function's output is recomputed, not kept) and the
@@ -128,6 +128,15 @@ def recompute_flops_per_token(run: Run) -> float:
     return checkpointed_blocks(run) * block
 
 
+def rerun_share(run: Run) -> float:
+    """Of the blocks' forward elementwise work, the share checkpointing runs again in the backward:
+    per-op selective the cheap ops of every block (all of it), a block recomputed whole ("full", every k-th)
+    its whole forward."""
+    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+        return 1.0
+    return checkpointed_blocks(run) / run.model.num_layers
+
+
 def recompute_attention_flops_per_token(run: Run) -> float:
     """Of recompute_flops_per_token, the attention's: a causal flash forward per block recomputed whole
     (per-op selective keeps the attention's output: nothing)."""
@@ -198,11 +207,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     act = traffic * activation_bytes_per_token_per_layer(model, autocast=autocast) * tokens * model.num_layers
     fwd_bytes += act * ELEMENTWISE_FORWARD_SHARE
     copy_bytes += act
-    # what checkpointing reruns in the backward: per-op selective the cheap ops of every block, a block
-    # recomputed whole ("full", every k-th) its forward, elementwise work included
-    rerun = 1.0 if run.checkpointing == "selective" and run.selective_ac_option == "op" \
-        else checkpointed_blocks(run) / model.num_layers
-    copy_bytes += act * ELEMENTWISE_FORWARD_SHARE * rerun
+    copy_bytes += act * ELEMENTWISE_FORWARD_SHARE * rerun_share(run)
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
