@@ -90,3 +90,29 @@ def test_copy_rates_summary_of_the_record(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["copy_rates.py", "--summary", str(tmp_path / "empty.jsonl")])
     assert copy_rates.main() == 2
     assert "no measured rows" in capsys.readouterr().err
+
+
+def test_memory_peak_replays_the_allocator_to_the_last_steps_peak():
+    """benchmarks/memory_peak.py: the peak is looked for from the last step's mark on, what was allocated
+    before it still counts, a block is freed when its free completes, and each live block is named by its
+    innermost frames in topowise and in torch's machinery."""
+    memory_peak = pytest.importorskip("memory_peak")
+    ours = [{"filename": "/site/torch/nn/functional.py", "name": "linear", "line": 5},
+            {"filename": "/repo/topowise/models/transformer.py", "name": "forward", "line": 145}]
+    fsdp = [{"filename": "/site/torch/distributed/fsdp/_fully_shard/_fsdp_param.py", "name": "alloc", "line": 9}]
+    trace = [{"action": "alloc", "addr": 1, "size": 100, "frames": fsdp},          # before the last step
+             {"action": "alloc", "addr": 2, "size": 500, "frames": ours},          # an earlier step's peak
+             {"action": "free_requested", "addr": 2, "size": 500},
+             {"action": "free_completed", "addr": 2, "size": 500},
+             {"action": "alloc", "addr": 3, "size": memory_peak.MARK_ALLOCATED, "frames": []},  # the mark
+             {"action": "free_completed", "addr": 3, "size": memory_peak.MARK_ALLOCATED},
+             {"action": "alloc", "addr": 4, "size": 300, "frames": ours},
+             {"action": "free_requested", "addr": 4, "size": 300},
+             {"action": "alloc", "addr": 5, "size": 50, "frames": fsdp},           # 4 not free yet: 450
+             {"action": "free_completed", "addr": 4, "size": 300}]
+    peak, live = memory_peak.live_at_peak(trace, start=6)
+    assert peak == 450
+    assert sorted(live.values()) == [(50, "torch/distributed/fsdp/_fully_shard/_fsdp_param.py:alloc:9"),
+                                     (100, "torch/distributed/fsdp/_fully_shard/_fsdp_param.py:alloc:9"),
+                                     (300, "topowise/models/transformer.py:forward:145")]
+    assert memory_peak.frame_name([]) == "no Python frame"

@@ -1,0 +1,122 @@
+"""What one bench transformer block keeps for its backward, measured, beside what the memory model says.
+
+    python benchmarks/saved_bytes.py --models llama3.2-1b,benchmarks/configs/llama-0.37b.json \
+        --shapes 1x8192,8x1024 --modes eager,compiled,selective --out DIR
+
+One block on the GPU, as bench train runs it: "autocast" is ddp's and zero1's (fp32 weights and residual
+stream under torch.autocast to bf16), "bf16" is FSDP2's (bf16 weights, no autocast). Per mode: eager;
+`compiled` (torch.compile(block, fullgraph=True, dynamic=False): bench train's --compile, whose blocks
+all see one shape); `selective` (torchtitan's per-op policy, measure/strategies.py). Each forward runs on
+a fresh input (the residual stream, a leaf); what the CUDA caching allocator holds after it, less the
+block's output, is what the block keeps for its backward. That holds two parts that do not grow with
+the batch (autocast's bf16 weight copies, the rotary table), so the block runs at the shape's batch b and
+at b/2 (b >= 2) and the bytes per token are the difference over the tokens between them, plus the
+block's input, which the memory model counts as kept by the block (here it was allocated before).
+Writes DIR/saved_bytes.jsonl (one line per model, shape, precision and mode) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from topowise.costmodel import memory  # noqa: E402
+from topowise.models.spec import load_model  # noqa: E402
+from topowise.models.transformer import Block, rotary_tables  # noqa: E402
+
+
+def held_bytes(block, spec, batch: int, seq: int, autocast: bool) -> int:
+    """Bytes the allocator holds after one forward of `block` beyond its input and its output."""
+    dtype = torch.float32 if autocast else torch.bfloat16
+    cos, sin = rotary_tables(seq, spec.head_dim, device="cuda")
+    x = torch.randn(batch, seq, spec.hidden_size, device="cuda", dtype=dtype, requires_grad=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        y = block(x, cos, sin)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - before - y.numel() * y.element_size()
+    y.float().sum().backward()  # frees what was saved (and compiles the backward on the first call)
+    del x, y
+    torch.cuda.synchronize()
+    return held
+
+
+def measure(spec, batch: int, seq: int, autocast: bool, mode: str) -> dict:
+    from topowise.measure import strategies as S
+
+    torch._dynamo.reset()
+    block = Block(spec).cuda().to(torch.float32 if autocast else torch.bfloat16)
+    if mode == "selective":
+        holder = torch.nn.Module()
+        holder.layers = torch.nn.ModuleList([block])
+        S.apply_checkpointing(holder, "selective", "op")
+        block = holder.layers[0]
+    elif mode == "compiled":
+        block = torch.compile(block, fullgraph=True, dynamic=False)
+    if batch < 2:
+        raise ValueError("the batch must be 2 or more (the bytes per token are a difference over b/2)")
+    half = batch // 2
+    for b in (half, batch):  # warm both shapes (compiles each, as bench train's one shape compiles once)
+        held_bytes(block, spec, b, seq, autocast)
+    full, part = held_bytes(block, spec, batch, seq, autocast), held_bytes(block, spec, half, seq, autocast)
+    tokens = (batch - half) * seq
+    r = 4 if autocast else 2
+    measured = (full - part) / tokens + r * spec.hidden_size
+    if mode == "selective":
+        modelled = memory.selective_kept_bytes_per_token_per_layer(spec, autocast)
+    else:
+        modelled = memory.activation_bytes_per_token_per_layer(spec, autocast, compiled=mode == "compiled")
+    h, i = spec.hidden_size, spec.intermediate_size
+    return {"model": spec.name, "batch": batch, "seq_len": seq, "precision": "autocast" if autocast else "bf16",
+            "mode": mode, "held_bytes": full, "held_bytes_half_batch": part, "measured_per_token": measured,
+            "modelled_per_token": modelled, "hidden_size": h, "intermediate_size": i,
+            "gap_in_h": (modelled - measured) / h, "gap_in_i": (modelled - measured) / i}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", required=True)
+    p.add_argument("--shapes", default="1x8192,8x1024")
+    p.add_argument("--modes", default="eager,compiled")
+    p.add_argument("--precisions", default="autocast,bf16")
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in a.models.split(","):
+        spec = load_model(name)
+        for shape in a.shapes.split(","):
+            batch, seq = (int(v) for v in shape.split("x"))
+            for precision in a.precisions.split(","):
+                for mode in a.modes.split(","):
+                    try:
+                        row = measure(spec, batch, seq, precision == "autocast", mode)
+                    except Exception as e:  # recorded, and the next case runs
+                        row = {"model": spec.name, "batch": batch, "seq_len": seq, "precision": precision,
+                               "mode": mode, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    rows.append(row)
+                    with open(out / "saved_bytes.jsonl", "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    torch.cuda.empty_cache()
+    print(f"{'model':24s} {'shape':>8s} {'prec':8s} {'mode':9s} {'measured':>9s} {'model':>9s} "
+          f"{'gap/h':>7s} {'gap/I':>7s}")
+    for r in rows:
+        head = f"{r['model'][-24:]:24s} {r['batch']}x{r['seq_len']:<6} {r['precision']:8s} {r['mode']:9s}"
+        if "error" in r:
+            print(f"{head} {r['error'][:60]}")
+            continue
+        print(f"{head} {r['measured_per_token']:9.0f} {r['modelled_per_token']:9.0f} {r['gap_in_h']:+7.2f} "
+              f"{r['gap_in_i']:+7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
