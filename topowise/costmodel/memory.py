@@ -10,9 +10,10 @@ How PyTorch holds the training state (the bench builds exactly this):
   fp32 sharded parameters, fp32 sharded gradients (created by the reduce-scatter, freed by
   zero_grad(set_to_none=True)), fp32 sharded AdamW states. Unsharded bf16 parameters live while
   a unit computes: zero2 (reshard_after_forward=False) keeps every unit unsharded from its forward
-  to its backward; zero3 keeps the root (FSDP2 never reshards the root after forward) and two blocks
-  (the one computing and the one prefetched). In backward a unit's bf16 unsharded gradient is cast
-  to an fp32 reduce-scatter input.
+  to its backward; zero3 (reshard_after_forward=True, handed to the root as well, so FSDP2 reshards the
+  root after forward too) holds no unit at the loss's backward, then the root and two blocks (the one
+  computing and the one prefetched). In backward a unit's bf16 unsharded gradient is cast to an fp32
+  reduce-scatter input.
 - hsdp: as zero3 with the shard group in place of the world.
 
 AdamW is fused (one kernel, no temporaries). The peak is the largest of the moments (`phases`),
@@ -253,15 +254,20 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
     block, root = model.layer_params, root_params(model)
     out_weight = model.vocab_size * model.hidden_size  # the output layer's weight (the embedding when tied)
     if autocast:
-        base = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
+        base = at_loss = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
         out_grad = {"output-layer weight gradient (bf16 + fp32 cast)": 6 * out_weight}
         block_grad = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
         end = {"embedding gradient (fp32, dense)": 4 * model.vocab_size * model.hidden_size}
     else:
         if not run.spec.reshard_after_forward:
             base = {"unsharded bf16 params (every unit, forward to backward)": 2 * P}
+            at_loss = base
         else:
             base = {"unsharded bf16 params (root + 2 blocks)": 2 * root + 2 * 2 * block}
+            # the bench hands reshard_after_forward=True to the root too, and FSDP2 then reshards it after
+            # forward (it keeps the root gathered only when the argument is left out): at the loss's
+            # backward no unit is gathered (docs/calibration.md, "What is alive at the peak")
+            at_loss = {}
         out_grad = {"root unsharded bf16 gradient": 2 * root}
         block_grad = {"root unsharded bf16 gradient": 2 * root,
                       "block gradient: bf16 + fp32 reduce-scatter input, one more in flight": 10 * block}
@@ -280,7 +286,7 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
     # block's backward (every block's activations, no block's gradients) or the last one's (one block's
     # activations, every other block's gradients). DDP's gradients are there throughout.
     phases = {
-        "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), base),
+        "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), at_loss),
         "output-layer backward": (grads_at_start, saved, tokens * 2 * model.vocab_size, {**base, **out_grad}),
         "block backward": (grads_at_start, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
