@@ -11,8 +11,10 @@ Bytes per step, as PyTorch issues them (`strategy_collectives`; the strategy's f
   rank that owns it (one broadcast per parameter tensor with parameters_as_bucket_view=False).
 - zero2: FSDP2, one unit per block plus the root (embedding, final norm, output layer): a bf16
   all-gather per unit in forward, an fp32 reduce-scatter per unit in backward.
-- zero3: also a bf16 all-gather per block in backward (the root stays unsharded: FSDP2 does not
-  reshard the root after forward).
+- zero3: also a bf16 all-gather per block in backward. The root's is not counted: FSDP2 keeps the
+  root gathered after forward when reshard_after_forward is left out, but the bench hands it True and
+  then FSDP2 reshards the root too (seen in its memory, docs/calibration.md "What is alive at the
+  peak"); its gather at the backward's start is a term not yet in the model.
 - hsdp: zero3 inside each shard group, then an fp32 all-reduce of each unit's gradient shard across
   the replica group (GPUs holding the same shard rank).
 """
