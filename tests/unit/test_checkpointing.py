@@ -8,15 +8,21 @@ from types import SimpleNamespace
 
 import pytest
 
+from topowise import hardware
 from topowise.cli.flags import add_checkpointing_arguments, checkpointing_from_args
 from topowise.costmodel.memory import (
     activation_bytes_per_token_per_layer,
+    autocast_block_cast_params,
+    autocast_cast_params,
     block_input_bytes_per_token,
+    estimate_memory,
+    recast_blocks,
     saved_activation_bytes_per_token,
     selective_kept_bytes_per_token_per_layer,
 )
 from topowise.costmodel.predict import predict
-from topowise.costmodel.step import recompute_flops_per_token, rerun_share
+from topowise.costmodel.profile import default_profile
+from topowise.costmodel.step import AUTOCAST_FORWARD_BYTES_PER_PARAM, recompute_flops_per_token, rerun_share
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec, load_model
 from topowise.run import Run
@@ -169,6 +175,42 @@ def test_recomputed_blocks_rerun_their_elementwise_work():
     assert bound[("full", "op")] > bound[("none", "op")]
     assert bound[("selective", "2")] - bound[("none", "op")] == pytest.approx(
         (bound[("full", "op")] - bound[("none", "op")]) / 2)
+
+
+def test_recomputed_blocks_weight_copies_live_in_autocasts_cache_only():
+    """Under autocast the bf16 weight copies of blocks that checkpointing reruns are not saved for backward:
+    alive to the forward's end (autocast's cache), gone at the loss, cast again by the rerun."""
+    assert [recast_blocks(run(*m)) for m in (("none", "op"), ("selective", "op"), ("full", "op"),
+                                             ("selective", "2"))] == [0, 16, 16, 8]
+    block = autocast_block_cast_params(LLAMA_1B)
+    assert 16 * block + LLAMA_1B.vocab_size * LLAMA_1B.hidden_size == autocast_cast_params(LLAMA_1B)
+
+    def phases(mode, option="op", strategy="ddp", tokens=8192):
+        r = Run(LLAMA_1B, (0,), strategy, seq_len=tokens, checkpointing=mode, selective_ac_option=option)
+        return estimate_memory(r, gpu_memory_bytes=141e9, profile=default_profile())
+
+    at_loss = phases("full")  # the 12 V bytes of fp32 loss buffers per token outweigh the cache
+    assert at_loss.peak_phase == "loss backward"
+    assert at_loss.buffers == {"autocast bf16 weight copies": 2 * LLAMA_1B.vocab_size * LLAMA_1B.hidden_size}
+    assert phases("none").buffers == {"autocast bf16 weight copies": 2 * autocast_cast_params(LLAMA_1B)}
+    assert phases("full").allocated_bytes == pytest.approx(phases("none").allocated_bytes
+                                                           - 16 * 8192 * (activation_bytes_per_token_per_layer(
+                                                               LLAMA_1B, autocast=True)
+                                                               - block_input_bytes_per_token(LLAMA_1B, True))
+                                                           - 2 * 16 * block, abs=16)
+    assert phases("full", strategy="zero3").buffers.keys() <= {"root unsharded bf16 gradient",
+                                                                  "root fp32 reduce-scatter input"}
+
+
+def test_the_rerun_casts_its_blocks_weights_again(monkeypatch):
+    import topowise.costmodel.step as step
+
+    with_casts = predict(run("full"), H200X2).time.memory_bound_s
+    monkeypatch.setattr(step, "recast_blocks", lambda r: 0)
+    without = predict(run("full"), H200X2).time.memory_bound_s
+    hbm = hardware.hbm_bytes_per_s(H200X2.gpu_spec.name) * default_profile().hbm_efficiency
+    assert (with_casts - without) * hbm == pytest.approx(
+        AUTOCAST_FORWARD_BYTES_PER_PARAM * 16 * autocast_block_cast_params(LLAMA_1B))
 
 
 # --- plan and exports ----------------------------------------------------------------------------

@@ -42,9 +42,19 @@ def test_memory_never_under_and_within_six_percent_but_compiled_narrow_ddp(repla
 
 
 def test_a_block_recomputed_whole_reruns_its_elementwise_work(replayed):
-    # every 2nd block of the 2.46B GQA config under ddp: -6.5% when only its matmuls and attention were rerun
+    # every 2nd block of the 2.46B GQA config under ddp: -6.5% when only its matmuls and attention were rerun,
+    # -1.4% with their elementwise work, -0.5% with the weight casts the rerun makes again
     r, p = next((r, p) for r, p in replayed if r.get("selective_ac_option") == "2")
-    assert p.step_time_s / r["step_time_s"] - 1 == pytest.approx(-0.014, abs=0.005)
+    assert p.step_time_s / r["step_time_s"] - 1 == pytest.approx(-0.005, abs=0.004)
+
+
+def test_checkpointed_blocks_weight_copies_live_only_in_autocasts_cache(replayed):
+    # the same run's history (memory/run31): the bf16 weight copies of the 16 blocks recomputed whole are
+    # alive at the forward's end (autocast's cache) and not at the loss's backward; the peak is the
+    # forward's end. Counted as saved for backward, the model was 3.8% over.
+    r, p = next((r, p) for r, p in replayed if r.get("selective_ac_option") == "2")
+    assert p.memory.peak_phase == "end of forward"
+    assert p.memory.allocated_bytes == pytest.approx(r["steady_peak_memory_bytes"], rel=0.005)
 
 
 def test_zero3_holds_no_unit_gathered_at_the_loss_backward(replayed):

@@ -199,6 +199,21 @@ def autocast_cast_params(model: ModelSpec) -> int:
     return flops_params(model) - norms
 
 
+def autocast_block_cast_params(model: ModelSpec) -> float:
+    """Of autocast_cast_params, one block's (the output layer's weight, vocab x hidden, set apart)."""
+    return (autocast_cast_params(model) - model.vocab_size * model.hidden_size) / model.num_layers
+
+
+def recast_blocks(run: Run) -> int:
+    """Blocks whose bf16 weight copies autograd does not keep for backward: the cast is a cheap op that
+    checkpointing recomputes, so every block under per-op selective and each block recomputed whole.
+    Their copies live in autocast's cache until the forward leaves autocast (torch.autocast's __exit__
+    clears it), and the recompute casts the weights again."""
+    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+        return run.model.num_layers
+    return checkpointed_blocks(run)
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes per GPU at the peak moment (`peak_phase`). allocated is the sum of params, grads, optimizer,
@@ -254,9 +269,15 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
     block, root = model.layer_params, root_params(model)
     out_weight = model.vocab_size * model.hidden_size  # the output layer's weight (the embedding when tied)
     if autocast:
-        base = at_loss = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
+        # autocast's cache holds every weight's bf16 copy to the forward's end; from the loss on only the
+        # copies autograd saved are alive, and a block being recomputed holds its own again
+        recast = recast_blocks(run) * autocast_block_cast_params(model)
+        all_copies = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
+        base = at_loss = {"autocast bf16 weight copies": 2 * (autocast_cast_params(model) - recast)}
         out_grad = {"output-layer weight gradient (bf16 + fp32 cast)": 6 * out_weight}
         block_grad = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
+        if recast:
+            block_grad["recomputed block's bf16 weight copies"] = 2 * autocast_block_cast_params(model)
         end = {"embedding gradient (fp32, dense)": 4 * model.vocab_size * model.hidden_size}
     else:
         if not run.spec.reshard_after_forward:
@@ -291,6 +312,8 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         "block backward": (grads_at_start, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
     }
+    if autocast and recast:  # the logits just computed, in bf16, with every weight copy still cached
+        phases["end of forward"] = (grads_at_start, saved, tokens * 2 * model.vocab_size, all_copies)
     if not autocast:
         # the root's own sharded gradient is not there yet while its input is filled
         phases["root gradient copy-in"] = (full_grads - full_grads * root / P, 0.0, 0.0, copy_in)

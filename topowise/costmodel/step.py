@@ -12,6 +12,8 @@
   Each rerun also costs its forward's share of the elementwise traffic below: per-op selective reruns the
   cheap ops of every block, a block recomputed whole all of its forward (no fit holds a checkpointed run,
   so no fitted rate carries it; docs/calibration.md, "Checkpointing and compile on blocks no fit saw").
+  Under autocast a rerun casts its block's weights to bf16 again: the casts are cheap ops, and autocast's
+  cache of them is cleared when the forward leaves autocast (memory.recast_blocks).
 - torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
   traffic (Profile.compiled_activation_traffic: Inductor fuses norms, rotary, SwiGLU and casts), the
   saved activations (memory.py: the activation function's output is recomputed, not kept) and the
@@ -72,9 +74,11 @@ from topowise.costmodel.flops import (
 )
 from topowise.costmodel.memory import (
     activation_bytes_per_token_per_layer,
+    autocast_block_cast_params,
     checkpointed_blocks,
     estimate_memory,
     fits,
+    recast_blocks,
 )
 from topowise.costmodel.overlap import ddp_backward, fsdp_backward, fsdp_forward
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
@@ -193,7 +197,8 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
     if autocast:
         fwd_bytes += AUTOCAST_FORWARD_BYTES_PER_PARAM * model.params
-        copy_bytes = loss_bytes + AUTOCAST_BYTES_PER_PARAM * model.params
+        recast = recast_blocks(run) * autocast_block_cast_params(model)
+        copy_bytes = loss_bytes + AUTOCAST_BYTES_PER_PARAM * model.params + AUTOCAST_FORWARD_BYTES_PER_PARAM * recast
     else:  # every unit is gathered for the forward; zero3 and hsdp gather the blocks again in backward
         per_gather = FSDP_COPY_OUT_BYTES_PER_PARAM + FSDP_CAST_BYTES_PER_SHARD_PARAM / run.shard_size
         per_step = FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM + (ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM
