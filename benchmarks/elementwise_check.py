@@ -7,7 +7,8 @@ beyond its GEMMs and its attention: by kernel name (rows with `kernels`: everyth
 GEMM or an attention kernel), or else the whole block less the GEMMs and the attention timed alone.
 Beside it, the model's term: Profile.activation_traffic x the bytes the block saves for backward
 (memory.activation_bytes_per_token_per_layer) x tokens / (HBM rate x hbm_efficiency), under autocast
-(DDP's fp32 weights) and in bf16 (FSDP2's). Prints per model and shape: measured and modelled
+(DDP's fp32 weights) and in bf16 (FSDP2's), eager and (rows of `--compile`) compiled at
+Profile.compiled_activation_traffic. Prints per model, shape and block: measured and modelled
 milliseconds, their ratio, and the forward's share of the measured time.
 """
 
@@ -39,31 +40,31 @@ def model_of(name: str):
     return load_model(name)
 
 
+VARIANTS = (("block", True, False), ("block_bf16", False, False), ("block_compiled", True, True),
+            ("block_bf16_compiled", False, True))
+
+
 def main() -> int:
     files = [Path(f) for f in sys.argv[1:]] or DEFAULT
     profile = default_profile()
     hbm = hardware.hbm_bytes_per_s("NVIDIA H200") * profile.hbm_efficiency
-    print(f"{'model':<26}{'shape':>8} | {'autocast: measured / model ms (ratio)':>38} | "
-          f"{'bf16: measured / model ms (ratio)':>34} | forward share")
+    print(f"{'model':<26}{'shape':>8} {'block':<22}{'measured ms':>12}{'model ms':>10}{'ratio':>7}"
+          f"{'forward share':>15}")
     for f in files:
         for line in f.read_text().splitlines():
             r = json.loads(line)
-            if "block" not in r:
-                continue
-            model, tokens = model_of(r["model"]), r["tokens"]
-            cells = []
-            for key, autocast in (("block", True), ("block_bf16", False)):
-                if key not in r or "kernels" not in r[key]:
-                    cells.append(f"{'-':>34}")
+            model, tokens = model_of(r["model"]), r.get("tokens")
+            for key, autocast, compiled in VARIANTS:
+                if "kernels" not in r.get(key, {}):
                     continue
                 measured = elementwise(r[key]["kernels"])
-                modelled = profile.activation_traffic * activation_bytes_per_token_per_layer(
-                    model, autocast=autocast) * tokens / hbm
-                cells.append(f"{1e3 * measured:>12.3f} / {1e3 * modelled:.3f} ({measured / modelled:.2f})")
-            b = r["block"]
-            share = (elementwise(b["forward_kernels"]) / elementwise(b["kernels"]) if "kernels" in b else float("nan"))
-            print(f"{r['model']:<26}{r['micro_batch']:>3}x{r['seq_len']:<5}| {cells[0]:>38} | {cells[1]:>34} | "
-                  f"{share:.2f}")
+                traffic = profile.compiled_activation_traffic if compiled else profile.activation_traffic
+                modelled = traffic * activation_bytes_per_token_per_layer(
+                    model, autocast=autocast, compiled=compiled) * tokens / hbm
+                share = elementwise(r[key]["forward_kernels"]) / measured
+                label = ("autocast" if autocast else "bf16") + (", compiled" if compiled else "")
+                print(f"{r['model']:<26}{r['micro_batch']:>3}x{r['seq_len']:<5} {label:<22}{1e3 * measured:>12.3f}"
+                      f"{1e3 * modelled:>10.3f}{measured / modelled:>7.2f}{share:>15.2f}")
     return 0
 
 

@@ -19,8 +19,8 @@ shape it writes one JSON line to DIR/kernel_rates.jsonl: every kernel's seconds 
 counted as topowise.costmodel.flops counts the flash kernel's work: causal, QK^T recomputed in backward),
 and the totals of one step's matmul and attention work; with --blocks also one whole block's forward and
 backward as DDP's step runs it (fp32 weights under autocast) and as FSDP2's (bf16 weights), kernel by kernel,
-whose excess over its GEMMs and attention is the elementwise work. Prints a table last. Exit status 2 on
-bad input.
+whose excess over its GEMMs and attention is the elementwise work; with --compile also the block compiled
+(Inductor's fused kernels in place of the eager ones). Prints a table last. Exit status 2 on bad input.
 """
 
 from __future__ import annotations
@@ -121,14 +121,20 @@ def kernel_seconds(fn, warmup: int, reps: int, by_kernel: dict | None = None) ->
     return sum(e.time_range.elapsed_us() for e in device) / 1e6 / reps
 
 
-def block_seconds(model, batch: int, seq: int, warmup: int, reps: int, bf16: bool = False) -> dict:
+def block_seconds(model, batch: int, seq: int, warmup: int, reps: int, bf16: bool = False,
+                  compiled: bool = False) -> dict:
     """GPU seconds of one bench transformer block's forward and backward as DDP's step runs it: fp32
     parameters and residual stream, autocast to bf16 (bench train's ddp and zero1); `bf16`: as FSDP2's
-    runs it, parameters and residual stream in bf16, no autocast. With each kernel's seconds per call
-    (forward alone, and forward with backward)."""
+    runs it, parameters and residual stream in bf16, no autocast; `compiled`: the block under
+    torch.compile as bench train --compile wraps it (the warm-up calls compile). With each kernel's
+    seconds per call (forward alone, and forward with backward)."""
     block = Block(model).cuda()
     dtype = torch.bfloat16 if bf16 else torch.float32
     block = block.to(dtype)
+    if compiled:
+        torch._dynamo.reset()  # each model and precision compiled afresh, none evicted by a cache limit
+        block = torch.compile(block, fullgraph=True)
+        warmup = max(warmup, 2)
     x = torch.randn(batch, seq, model.hidden_size, device="cuda", dtype=dtype, requires_grad=True)
     cos, sin = rotary_tables(seq, model.head_dim, device="cuda")
 
@@ -148,7 +154,7 @@ def block_seconds(model, batch: int, seq: int, warmup: int, reps: int, bf16: boo
 
 
 def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: bool = False,
-            cold: bool = False) -> dict:
+            cold: bool = False, compiled: bool = False) -> dict:
     model = load_model(name)
     if model.family != "llama":
         raise UsageError(f"{name}: kernel_rates.py times Llama-style blocks (got family {model.family!r})")
@@ -178,6 +184,9 @@ def measure(name: str, batch: int, seq: int, warmup: int, reps: int, blocks: boo
     if blocks:
         out["block"] = block_seconds(model, batch, seq, warmup, reps)
         out["block_bf16"] = block_seconds(model, batch, seq, warmup, reps, bf16=True)
+        if compiled:
+            out["block_compiled"] = block_seconds(model, batch, seq, warmup, reps, compiled=True)
+            out["block_bf16_compiled"] = block_seconds(model, batch, seq, warmup, reps, bf16=True, compiled=True)
     torch.cuda.empty_cache()
     return out
 
@@ -246,6 +255,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--blocks", action="store_true",
                         help="also one whole block's forward and backward, under autocast and in bf16")
+    parser.add_argument("--compile", action="store_true",
+                        help="with --blocks, also the block under torch.compile, under autocast and in bf16")
     parser.add_argument("--cold", action="store_true",
                         help="each GEMM and attention call reads inputs that are not in the L2 cache (several "
                              "input sets taken in turn); without it every call reuses one set")
@@ -262,6 +273,8 @@ def main() -> int:
             shapes.append((int(mb), int(seq)))
         if args.reps < 1 or args.warmup < 0:
             raise UsageError("--reps must be at least 1, --warmup at least 0")
+        if args.compile and not args.blocks:
+            raise UsageError("--compile times compiled blocks: give --blocks too")
         names = checked_models(args.models)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -274,7 +287,7 @@ def main() -> int:
     for name in names:
         for batch, seq in shapes:
             try:
-                r = measure(name, batch, seq, args.warmup, args.reps, args.blocks, args.cold)
+                r = measure(name, batch, seq, args.warmup, args.reps, args.blocks, args.cold, args.compile)
             except torch.cuda.OutOfMemoryError as exc:
                 r = {"model": name, "micro_batch": batch, "seq_len": seq, "status": "oom",
                      "error": str(exc).splitlines()[0]}
