@@ -547,3 +547,6 @@ def test_selective_every_k_and_per_op_are_different_cases():
     assert per_op.key == Case("llama3.2-1b", "ddp", 1, 8192, activation_checkpointing="selective").key
     assert [c.label.split(" nvlink ")[1] for c in (per_op, every_2, full)] == ["AC per op", "AC every 2", "AC full"]
     assert Case("llama3.2-1b", "ddp", 1, 8192).label == "llama3.2-1b ddp mb1 seq8192 nvlink"
+    # validate's table has a fabric column, and a DeepSpeed twin reads apart from PyTorch's
+    assert Case("llama3.2-1b", "zero3", 1, 8192, engine="deepspeed", compile=True).words(fabric=False) == \
+        "llama3.2-1b zero3 mb1 seq8192 compiled deepspeed"

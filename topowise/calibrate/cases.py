@@ -54,8 +54,13 @@ class Case:
 
     @property
     def label(self) -> str:
-        return " ".join(w for w in (f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len} "
-                                    f"{self.fabric}", self.checkpointing_words, "compiled" if self.compile else "",
+        return self.words()
+
+    def words(self, fabric: bool = True) -> str:
+        """The case in words; without the fabric where a table has a column for it."""
+        return " ".join(w for w in (f"{self.model} {self.strategy} mb{self.micro_batch} seq{self.seq_len}",
+                                    self.fabric if fabric else "", self.checkpointing_words,
+                                    "compiled" if self.compile else "",
                                     self.engine if self.engine != "pytorch" else "") if w)
 
     def run(self, model: ModelSpec, gpus: Iterable[int], shard_group_size: int | None = None) -> Run:

@@ -184,9 +184,7 @@ def render(result, where: str, device: str) -> None:
     rows = []
     for r in result.rows:
         c = r.case
-        name = f"{c.model} {c.strategy} mb{c.micro_batch} seq{c.seq_len}"
-        name += f" {c.checkpointing_words}" if c.checkpointing_words else ""
-        name += " compiled" if c.compile else ""
+        name = c.words(fabric=False)  # the fabric has its own column
         if r.status != "ok":
             name += f" [red]{r.status}[/]"
         rows.append((c.fabric, name, r.predicted_step_s, r.measured_step_s, r.step_error, r.predicted_alloc,
