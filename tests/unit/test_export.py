@@ -281,3 +281,11 @@ def test_deepspeed_plan_is_not_exported_to_what_runs_fsdp(kind, plan, match):
     with pytest.raises(UsageError, match=match):
         render(kind, plan)
     assert json.loads(render("deepspeed", plan))["zero_optimization"]["stage"] == 3
+
+
+def test_accelerate_says_where_its_fsdp2_wrapping_holds_more_than_predicted():
+    """accelerate shards [final norm, lm_head] with reshard_after_forward False; the prediction reshards
+    every unit under zero3 and hsdp, so those configs say so, and zero2 (nothing resharded) does not."""
+    said = {p.strategy: "output layer gathered from forward to backward" in render("accelerate", p) for p in ALL}
+    assert said == {"ddp": False, "zero1": False, "zero2": False, "zero3": True, "hsdp": True}
+    assert "output layer gathered" not in render("accelerate", make_plan("zero3", engine="deepspeed"))

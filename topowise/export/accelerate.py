@@ -88,6 +88,11 @@ def accelerate_config(plan: LaunchPlan) -> str:
         lines.append("# selective checkpointing is no accelerate option: fsdp_activation_checkpointing is full "
                      "(less memory, more recompute than planned); for per-op selective, wrap the blocks with "
                      "torch.utils.checkpoint.create_selective_checkpoint_contexts")
+    if plan.spec.fsdp and plan.spec.reshard_after_forward and not config_is_deepspeed(plan) and plan.nproc > 1:
+        # accelerate's fsdp2_prepare_model shards [final norm, lm_head] as one unit with reshard False, where
+        # the prediction (topowise's bench) reshards every unit after forward
+        lines.append("# accelerate keeps the final norm and output layer gathered from forward to backward: "
+                     "2 bytes per output-layer parameter per GPU above the plan's memory")
     for key, value in accelerate_settings(plan).items():
         if isinstance(value, dict):
             lines.append(f"{key}:")
