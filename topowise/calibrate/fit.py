@@ -34,6 +34,7 @@ from topowise.calibrate.cases import Case
 from topowise.calibrate.crypto import apply_encryption, encryption_fit
 from topowise.calibrate.machine import link_class
 from topowise.costmodel.comm import ring_scale, uses_nvls
+from topowise.costmodel.memory import checkpointed_blocks
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
@@ -408,7 +409,8 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
     bound = host_bound_runs(profile, obs, predict_one)
     values, src = dict(profile.host_s_per_layer), dict(profile.sources)
     for compiled, strategy in [(c, s) for c in (False, True) for s in STRATEGY_NAMES]:
-        runs = [o for o in bound if o.strategy == strategy and o.compile == compiled]
+        runs = [o for o in bound if o.strategy == strategy and o.compile == compiled and not o.activation_checkpointing
+                and o.engine == "pytorch"]
         if not runs:
             continue
         names = ", ".join(f"{o.model} mb{o.micro_batch} seq{o.seq_len} {o.fabric}" for o in runs)
@@ -421,7 +423,42 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
                 f"{len(runs)} host-bound{' compiled' if compiled else ''} runs ({names}; GPU work under "
                 f"{HOST_BOUND_FRACTION:g} of the step): "
                 + ", ".join(f"{1e3 * v:.2f}" for v in per_layer) + " ms")
-    return replace(profile, host_s_per_layer=values, sources=src), bound
+    profile = replace(profile, host_s_per_layer=values, sources=src)
+    return fit_checkpointing_host(profile, bound, predict_one, where), bound
+
+
+def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_one: Callable,
+                           where: str) -> Profile:
+    """host_s_per_layer["checkpoint/phase"] and ["selective-op/phase"] (step.checkpointing_host_s): over the
+    host-bound checkpointed PyTorch runs, the median of (host seconds in the phase less what the profile's
+    plain terms give the run) per block the mode touches: each block recomputed whole, or every block
+    under per-op selective."""
+    values, src = dict(profile.host_s_per_layer), dict(profile.sources)
+    for key in ("checkpoint", "selective-op"):
+        extra: dict[str, list[float]] = {phase: [] for phase in ("forward", "backward")}
+        names = []
+        for o in bound:
+            if not o.activation_checkpointing or o.engine != "pytorch":
+                continue
+            run = predict_one(profile, o).run
+            per_op = run.checkpointing == "selective" and run.selective_ac_option == "op"
+            if per_op != (key == "selective-op"):
+                continue
+            blocks = run.model.num_layers if per_op else checkpointed_blocks(run)
+            plain = replace(profile, host_s_per_layer={k: v for k, v in profile.host_s_per_layer.items()
+                                                       if not k.startswith(("checkpoint/", "selective-op/"))})
+            for phase in extra:
+                extra[phase].append((o.host_phase_s[phase] - plain.host_s(o.strategy, phase, o.compile)
+                                     * run.model.num_layers) / blocks)
+            names.append(f"{o.model} {o.strategy} mb{o.micro_batch} seq{o.seq_len}")
+        for phase, per_block in extra.items():
+            if per_block:
+                values[f"{key}/{phase}"] = round(statistics.median(per_block), 7)
+                src[f"host_s_per_layer.{key}/{phase}"] = (
+                    f"calibrated ({where}): median over {len(names)} host-bound runs ({', '.join(names)}) of the "
+                    f"host seconds in the {phase} beyond the plain terms, per block: "
+                    + ", ".join(f"{1e3 * v:.2f}" for v in per_block) + " ms")
+    return replace(profile, host_s_per_layer=values, sources=src)
 
 
 def fit_step_time(profile: Profile, obs: list[Observation], predict_one: Callable, where: str,

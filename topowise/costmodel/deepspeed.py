@@ -73,6 +73,7 @@ from topowise.costmodel.step import (
     ELEMENTWISE_FORWARD_SHARE,
     LOSS_BYTES_PER_LOGIT,
     LOSS_FORWARD_BYTES_PER_LOGIT,
+    checkpointing_host_s,
     exposed_time,
     predict_pytorch,
     rerun_share,
@@ -273,7 +274,8 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     device = {"forward": t.forward_s + fwd_bytes / hbm + exposed_by_phase["forward"],
               "backward": t.backward_s + bwd_bytes / hbm + exposed_by_phase["backward"],
               "optimizer": optimizer_s + step_bytes / hbm + exposed_by_phase["optimizer"]}
-    host = {p: profile.deepspeed_host_s(strategy, p, model.num_layers) for p in device}
+    host = {p: profile.deepspeed_host_s(strategy, p, model.num_layers) + checkpointing_host_s(run, profile, p)
+            for p in device}
     device_s = sum(device.values())
     step = sum(max(host[p], device[p]) for p in device)
     step_range = tuple(sum(max(host[p] * scale, device[p]) for p in device)

@@ -158,6 +158,17 @@ COMPILED_HOST_S_PER_LAYER: dict[str, float] = {
     "compiled/zero2/forward": 1.965e-3, "compiled/zero2/backward": 2.355e-3, "compiled/zero2/optimizer": 0.370e-3,
     "compiled/zero3/forward": 1.423e-3, "compiled/zero3/backward": 2.209e-3, "compiled/zero3/optimizer": 0.285e-3,
 }
+# Checkpointing's host work per block (step.checkpointing_host_s), beyond the plain terms: "checkpoint/" per
+# block recomputed whole (torch's checkpoint in the forward; the rerun and its hooks in the backward),
+# "selective-op/" per block under per-op selective (the policy's dispatch mode on every operator of the
+# forward and of the rerun). calibrate's fit_checkpointing_host over llama3.2-1b and qwen2.5-0.5b, ddp and
+# zero3, at 128 tokens on one H200, none / per op / full in one call (`python benchmarks/checkpointing_host.py`).
+CHECKPOINTING_HOST_WHERE = ("bench train --checkpointing none|selective|full at 1 x 128 tokens on one H200, 2026-12-02 "
+                            "16:30 UTC (docs/results/2026-12-02-h200x1/recompute/run34)")
+CHECKPOINTING_HOST_S_PER_LAYER: dict[str, float] = {
+    "checkpoint/forward": 0.634e-3, "checkpoint/backward": 2.382e-3,
+    "selective-op/forward": 2.268e-3, "selective-op/backward": 2.988e-3,
+}
 # DeepSpeed ZeRO (0.19.8, bench train --engine deepspeed): host seconds per block in the forward and the
 # backward, and per step in the optimizer step (DeepSpeed's step works on flat partitions: one fused AdamW
 # over the flat fp32 partition for ZeRO-1/2, whatever the blocks). Median of llama3.2-1b and qwen2.5-0.5b
@@ -255,6 +266,10 @@ _SOURCES = {
     **{f"host_s_per_step.{k}": (f"{DEEPSPEED_HOST_WHERE}: median over llama3.2-1b and qwen2.5-0.5b at 128 tokens "
                                 "of the host seconds in the optimizer step")
        for k in DEEPSPEED_HOST_S_PER_STEP},
+    **{f"host_s_per_layer.{k}": (f"{CHECKPOINTING_HOST_WHERE}: median over llama3.2-1b and qwen2.5-0.5b, ddp and "
+                                 "zero3, of the host seconds in the phase beyond the plain terms fitted from the "
+                                 "same call, per block the mode touches")
+       for k in CHECKPOINTING_HOST_S_PER_LAYER},
     "activation_scale": ("1: memory.py counts the saved tensors of the bench transformer one by one; calibrate "
                          "fits measured allocated peaks against that count"),
 }
@@ -287,10 +302,12 @@ class Profile:
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     # "compiled/strategy/phase": the same with every block compiled
+    # "checkpoint/phase", "selective-op/phase": what checkpointing adds (step.checkpointing_host_s)
     # "deepspeed/strategy/phase": DeepSpeed's ZeRO (the forward and the backward; its optimizer step is
     # in host_s_per_step)
     host_s_per_layer: dict = field(default_factory=lambda: dict(HOST_S_PER_LAYER, **COMPILED_HOST_S_PER_LAYER,
-                                                                **DEEPSPEED_HOST_S_PER_LAYER))
+                                                                **DEEPSPEED_HOST_S_PER_LAYER,
+                                                                **CHECKPOINTING_HOST_S_PER_LAYER))
     # host seconds per step, whatever the blocks, "engine/strategy/phase": DeepSpeed's optimizer step
     host_s_per_step: dict = field(default_factory=lambda: dict(DEEPSPEED_HOST_S_PER_STEP))
     # seconds the first step of a compiled run takes over a steady one: Dynamo and Inductor compiling

@@ -55,7 +55,8 @@
   optimizer step) is shorter than the host's time to issue it, the GPU waits. Each phase takes
   max(host, GPU); host = Profile.host_s_per_layer[strategy/phase] x blocks, measured by `calibrate`
   (bench train's host phase times at 128 tokens, where the GPU keeps up). Small models with FSDP2
-  (per-parameter hooks in every block) are host-bound on a fast GPU.
+  (per-parameter hooks in every block) are host-bound on a fast GPU. Checkpointing adds host work
+  (`checkpointing_host_s`): per-op selective's policy runs in Python for every operator.
 """
 
 from __future__ import annotations
@@ -139,6 +140,17 @@ def rerun_share(run: Run) -> float:
     if run.checkpointing == "selective" and run.selective_ac_option == "op":
         return 1.0
     return checkpointed_blocks(run) / run.model.num_layers
+
+
+def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
+    """Host seconds checkpointing adds to a phase. A block recomputed whole ("full", every k-th): torch's
+    checkpoint in its forward, and the rerun with checkpoint's hooks in the backward ("checkpoint/phase"
+    per such block). Per-op selective: the policy's dispatch mode runs in Python for every operator of
+    every block's forward and rerun ("selective-op/phase" per block). Measured at 128 tokens, where the
+    host sets the step (Profile.host_s_per_layer)."""
+    per_op = run.checkpointing == "selective" and run.selective_ac_option == "op"
+    key, blocks = ("selective-op", run.model.num_layers) if per_op else ("checkpoint", checkpointed_blocks(run))
+    return blocks * float(profile.host_s_per_layer.get(f"{key}/{phase}", 0.0)) if blocks else 0.0
 
 
 def recompute_attention_flops_per_token(run: Run) -> float:
@@ -240,7 +252,8 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     device = {"forward": fwd_total + fwd_exposed,
               "backward": bwd_total + bwd_exposed,
               "optimizer": optimizer_s + opt_exposed}
-    host = {p: profile.host_s(run.strategy, p, run.compile) * model.num_layers for p in device}
+    host = {p: profile.host_s(run.strategy, p, run.compile) * model.num_layers + checkpointing_host_s(run, profile, p)
+            for p in device}
     device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
     step = sum(max(host[p], device[p]) for p in device)
     # the host's speed moves between launches (Profile.host_spread): a host-bound step is a range
