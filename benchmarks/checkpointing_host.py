@@ -7,7 +7,7 @@ no fit saw.
 host sets the step (default: docs/results/2026-12-02-h200x1/recompute/run34/train.jsonl, its 128-token
 runs). topowise.calibrate.fit's fit_host fits the plain host terms from the runs not checkpointed and
 fit_checkpointing_host what checkpointing adds per block; printed as costmodel/profile.py holds them.
---check: records of checkpointed runs (default: recompute/run33, the runs of run34 above 128 tokens and
+--check: records of checkpointed runs (default: recompute/run33, the runs of run34 and run36 above 128 tokens and
 modes/run29), each predicted with the default profile, with and without the checkpointing host terms,
 beside its measured step; the host's range (Profile.host_spread) says whether a host-bound run lies inside.
 """
@@ -30,6 +30,7 @@ from topowise.topology import load_topology  # noqa: E402
 RESULTS = ROOT / "docs/results/2026-12-02-h200x1"
 FIT = RESULTS / "recompute/run34/train.jsonl"
 CHECK = [RESULTS / "recompute/run33/train.jsonl", RESULTS / "recompute/run34/train.jsonl",
+         RESULTS / "recompute/run36/train.jsonl",
          RESULTS / "modes/run29/train.jsonl"]
 KEYS = ("checkpoint/", "selective-op/")
 
@@ -56,7 +57,8 @@ def check(paths: list[Path], predict_one) -> None:
                 continue
             o = observation_from(r)
             a, b = predict_one(without, o), predict_one(full, o)
-            mode = r["checkpointing"] + (f" {r.get('selective_ac_option')}" if r["checkpointing"] == "selective" else "")
+            option = f" {r.get('selective_ac_option')}" if r["checkpointing"] == "selective" else ""
+            mode = r["checkpointing"] + option
             name = f"{r['model'].split('/')[-1]} {r['strategy']} {r['micro_batch']}x{r['seq_len']} {mode}"
             low, high = b.time.step_range_s
             bound = "host-bound" if b.time.host_wait_s > 0 else "GPU-bound"

@@ -28,8 +28,9 @@ def wide(r) -> bool:
 
 
 def test_gpu_bound_wide_blocks_within_five_percent(replayed):
+    # per-op selective under FSDP2 (the 0.95B config, zero2) is priced host-bound since its host term
     errors = [p.step_time_s / r["step_time_s"] - 1 for r, p in replayed if wide(r) and p.time.host_wait_s == 0]
-    assert len(errors) == 8
+    assert len(errors) == 7
     assert sum(map(abs, errors)) / len(errors) < 0.03 and max(map(abs, errors)) < 0.05, errors
 
 
