@@ -7,7 +7,7 @@ no fit saw.
 host sets the step (default: docs/results/2026-12-02-h200x1/recompute/run34/train.jsonl, its 128-token
 runs). topowise.calibrate.fit's fit_host fits the plain host terms from the runs not checkpointed and
 fit_checkpointing_host what checkpointing adds per block; printed as costmodel/profile.py holds them.
---check: records of checkpointed runs (default: recompute/run33, the runs of run34 and run36 above 128 tokens and
+--check: records of checkpointed runs (default: recompute/run33, the runs of run34, run36 and run37 above 128 tokens and
 modes/run29), each predicted with the default profile, with and without the checkpointing host terms,
 beside its measured step; the host's range (Profile.host_spread) says whether a host-bound run lies inside.
 """
@@ -30,7 +30,7 @@ from topowise.topology import load_topology  # noqa: E402
 RESULTS = ROOT / "docs/results/2026-12-02-h200x1"
 FIT = RESULTS / "recompute/run34/train.jsonl"
 CHECK = [RESULTS / "recompute/run33/train.jsonl", RESULTS / "recompute/run34/train.jsonl",
-         RESULTS / "recompute/run36/train.jsonl",
+         RESULTS / "recompute/run36/train.jsonl", RESULTS / "recompute/run37/train.jsonl",
          RESULTS / "modes/run29/train.jsonl"]
 KEYS = ("checkpoint/", "selective-op/")
 

@@ -66,11 +66,12 @@ def test_the_terms_are_what_the_fit_finds_on_the_recorded_runs(predict_one):
 
 
 def test_host_bound_checkpointed_runs_no_fit_saw(predict_one):
-    """Runs above 128 tokens the host sets: with the terms most lie inside their host range, and per-op
-    selective on the deep, narrow config was predicted at half its step without them."""
+    """Runs above 128 tokens the host sets: with the terms most lie inside their host range (over on the
+    whole, short without them), and per-op selective on the deep, narrow config was predicted at half its
+    step without them."""
     with_terms, without = default_profile(), plain_profile()
     inside, errors = 0, {}
-    for name in ("run33", "run34", "run36"):
+    for name in ("run33", "run34", "run36", "run37"):
         for r in read_records(str(RECOMPUTE / name / "train.jsonl"), kind="train"):
             if r["seq_len"] == 128 or (r.get("checkpointing") or "none") == "none":
                 continue
@@ -82,9 +83,11 @@ def test_host_bound_checkpointed_runs_no_fit_saw(predict_one):
             errors[(r["model"], r["strategy"], r.get("checkpointing"), r["step_time_s"])] = (
                 p.step_time_s / r["step_time_s"] - 1,
                 predict_one(without, observation_from(r)).step_time_s / r["step_time_s"] - 1)
-    assert len(errors) == 9 and inside >= 7
+    assert len(errors) == 14 and inside >= 11
     mean = {i: sum(abs(e[i]) for e in errors.values()) / len(errors) for i in (0, 1)}
     assert mean[0] < mean[1]
+    # the terms from 128 tokens overstate these shapes' host (docs/calibration.md, "Checkpointing on the host")
+    assert sum(e[0] for e in errors.values()) > 0 > sum(e[1] for e in errors.values())
     narrow = [e for (m, s, ck, _), e in errors.items()
               if m.endswith("deep-narrow") and s == "ddp" and ck == "selective"]
     assert narrow[0][1] < -0.5 and abs(narrow[0][0]) < 0.1
