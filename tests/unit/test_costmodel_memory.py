@@ -214,3 +214,25 @@ def test_ddp_bucket_rebuild_counts_in_the_peak_not_the_steady_step(strategy, h20
     for rec in (r for r in h200_train_records if r["strategy"] == strategy):
         measured_extra = rec["peak_memory_bytes"] - rec["steady_peak_memory_bytes"]
         assert measured_extra == pytest.approx(expected, abs=0.01 * params)
+
+
+def test_zero2_reshards_each_unit_after_its_backward():
+    """FSDP2 reshards a unit after its own backward whatever reshard_after_forward says, so at the last
+    block's backward zero2 holds only that block and the root unsharded. One H200: the 2.46B GQA config per-op
+    selective (2 x 2048) and the 0.95B config at 128 tokens peaked elsewhere than the model's last block's
+    backward, +7.0% and +8.7% over while every unit was counted there (docs/results/2026-12-02-h200x1/recompute)."""
+    from pathlib import Path
+
+    from topowise.calibrate.fit import observation_from, predictor
+    from topowise.measure.records import read_records
+
+    predict_one = predictor(load_preset("h200-x2"))
+    results = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/recompute"
+    records = [r for run, shape in (("run37", (2, 2048)), ("run36", (1, 128)))
+               for r in read_records(str(results / run / "train.jsonl"), kind="train")
+               if r["strategy"] == "zero2" and (r["micro_batch"], r["seq_len"]) == shape]
+    assert len(records) == 5
+    for r in records:
+        memory = predict_one(default_profile(), observation_from(r)).memory
+        assert memory.peak_phase != "last block's backward"
+        assert memory.allocated_bytes / r["steady_peak_memory_bytes"] - 1 == pytest.approx(0, abs=0.01)

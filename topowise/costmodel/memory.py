@@ -10,7 +10,7 @@ How PyTorch holds the training state (the bench builds exactly this):
   fp32 sharded parameters, fp32 sharded gradients (created by the reduce-scatter, freed by
   zero_grad(set_to_none=True)), fp32 sharded AdamW states. Unsharded bf16 parameters live while
   a unit computes: zero2 (reshard_after_forward=False) keeps every unit unsharded from its forward
-  to its backward; zero3 (reshard_after_forward=True, handed to the root as well, so FSDP2 reshards the
+  to its own backward (FSDP2 reshards each unit after its backward); zero3 (reshard_after_forward=True, handed to the root as well, so FSDP2 reshards the
   root after forward too) holds no unit at the loss's backward, then the root and two blocks (the one
   computing and the one prefetched). In backward a unit's bf16 unsharded gradient is cast to an fp32
   reduce-scatter input.
@@ -283,12 +283,16 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         if not run.spec.reshard_after_forward:
             base = {"unsharded bf16 params (every unit, forward to backward)": 2 * P}
             at_loss = base
+            # FSDP2 reshards each unit after its own backward (reshard_after_backward, on unless set off):
+            # when the last block computes, only it and the root (whose backward ends the step) are unsharded
+            last = {"unsharded bf16 params (root + the block)": 2 * root + 2 * block}
         else:
             base = {"unsharded bf16 params (root + 2 blocks)": 2 * root + 2 * 2 * block}
             # the bench hands reshard_after_forward=True to the root too, and FSDP2 then reshards it after
             # forward (it keeps the root gathered only when the argument is left out): at the loss's
             # backward no unit is gathered (docs/calibration.md, "What is alive at the peak")
             at_loss = {}
+            last = base
         out_grad = {"root unsharded bf16 gradient": 2 * root}
         block_grad = {"root unsharded bf16 gradient": 2 * root,
                       "block gradient: bf16 + fp32 reduce-scatter input, one more in flight": 10 * block}
@@ -321,7 +325,7 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         block_grads = full_grads * layers * model.layer_params / P
         phases["last block's backward"] = (block_grads * (layers - 1) / layers,
                                            tokens * kept / layers + recompute + block_temp, 0.0,
-                                           {**base, **block_grad})
+                                           {**last, **block_grad})
     return breakdown_at_peak(phases, params_b, opt_b, gpu_memory_bytes, profile,
                              first_steps_extra=full_grads if autocast else 0.0)
 
