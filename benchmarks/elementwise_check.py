@@ -3,8 +3,9 @@
     python benchmarks/elementwise_check.py [FILE ...]     # default: the one-H200 records of 2026-12-02
 
 Reads `benchmarks/kernel_rates.py --blocks` records. A block's elementwise time is what its kernels take
-beyond its GEMMs and its attention: by kernel name (rows with `kernels`: everything that is not a
-GEMM or an attention kernel), or else the whole block less the GEMMs and the attention timed alone.
+beyond its GEMMs and its attention, by kernel name (everything that is not a GEMM or an attention
+kernel); under autocast less its weights' casts (to bf16, and the gradients back to fp32) at the rates
+step.py charges them per parameter, which the elementwise term does not hold.
 Beside it, the model's term: Profile.activation_traffic x the bytes the block saves for backward
 (memory.activation_bytes_per_token_per_layer) x tokens / (HBM rate x hbm_efficiency), under autocast
 (DDP's fp32 weights) and in bf16 (FSDP2's), eager and (rows of `--compile`) compiled at
@@ -22,8 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topowise import hardware  # noqa: E402
-from topowise.costmodel.memory import activation_bytes_per_token_per_layer  # noqa: E402
+from topowise.costmodel.memory import (  # noqa: E402
+    activation_bytes_per_token_per_layer,
+    autocast_block_cast_params,
+)
 from topowise.costmodel.profile import default_profile  # noqa: E402
+from topowise.costmodel.step import CAST_DOWN, CAST_UP, at_rate  # noqa: E402
 from topowise.models.spec import load_model  # noqa: E402
 
 DEFAULT = [ROOT / "docs/results/2026-12-02-h200x1/kernels/run17/kr/kernel_rates.jsonl"]
@@ -40,6 +45,9 @@ def model_of(name: str):
     return load_model(name)
 
 
+# what step.py charges per parameter for autocast's weight cast and the gradient's cast back, apart from
+# the elementwise term: the block's kernels include both
+WEIGHT_CAST_BYTES_PER_PARAM = at_rate(CAST_DOWN) + at_rate(CAST_UP)
 VARIANTS = (("block", True, False), ("block_bf16", False, False), ("block_compiled", True, True),
             ("block_bf16_compiled", False, True))
 
@@ -58,6 +66,8 @@ def main() -> int:
                 if "kernels" not in r.get(key, {}):
                     continue
                 measured = elementwise(r[key]["kernels"])
+                if autocast:  # its weights' casts (to bf16 and the gradients back) are a per-parameter term
+                    measured -= WEIGHT_CAST_BYTES_PER_PARAM * autocast_block_cast_params(model) / hbm
                 traffic = profile.compiled_activation_traffic if compiled else profile.activation_traffic
                 modelled = traffic * activation_bytes_per_token_per_layer(
                     model, autocast=autocast, compiled=compiled) * tokens / hbm

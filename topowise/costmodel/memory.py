@@ -10,10 +10,10 @@ How PyTorch holds the training state (the bench builds exactly this):
   fp32 sharded parameters, fp32 sharded gradients (created by the reduce-scatter, freed by
   zero_grad(set_to_none=True)), fp32 sharded AdamW states. Unsharded bf16 parameters live while
   a unit computes: zero2 (reshard_after_forward=False) keeps every unit unsharded from its forward
-  to its own backward (FSDP2 reshards each unit after its backward); zero3 (reshard_after_forward=True, handed to the root as well, so FSDP2 reshards the
-  root after forward too) holds no unit at the loss's backward, then the root and two blocks (the one
-  computing and the one prefetched). In backward a unit's bf16 unsharded gradient is cast to an fp32
-  reduce-scatter input.
+  to its own backward (FSDP2 reshards each unit after its backward); zero3 (reshard_after_forward=True,
+  handed to the root as well, so FSDP2 reshards the root after forward too) holds no unit at the loss's
+  backward, then the root and two blocks (the one computing and the one prefetched). In backward a
+  unit's bf16 unsharded gradient is cast to an fp32 reduce-scatter input.
 - hsdp: as zero3 with the shard group in place of the world.
 
 AdamW is fused (one kernel, no temporaries). The peak is the largest of the moments (`phases`),
