@@ -434,6 +434,8 @@ def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_o
     plain terms give the run) per block the mode touches: each block recomputed whole, or every block
     under per-op selective."""
     values, src = dict(profile.host_s_per_layer), dict(profile.sources)
+    plain = replace(profile, host_s_per_layer={k: v for k, v in profile.host_s_per_layer.items()
+                                               if not k.startswith(("checkpoint/", "selective-op/"))})
     for key in ("checkpoint", "selective-op"):
         extra: dict[str, list[float]] = {phase: [] for phase in ("forward", "backward")}
         names = []
@@ -445,8 +447,6 @@ def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_o
             if per_op != (key == "selective-op"):
                 continue
             blocks = run.model.num_layers if per_op else checkpointed_blocks(run)
-            plain = replace(profile, host_s_per_layer={k: v for k, v in profile.host_s_per_layer.items()
-                                                       if not k.startswith(("checkpoint/", "selective-op/"))})
             for phase in extra:
                 extra[phase].append((o.host_phase_s[phase] - plain.host_s(o.strategy, phase, o.compile)
                                      * run.model.num_layers) / blocks)
