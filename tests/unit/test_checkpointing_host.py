@@ -91,3 +91,14 @@ def test_host_bound_checkpointed_runs_no_fit_saw(predict_one):
     narrow = [e for (m, s, ck, _), e in errors.items()
               if m.endswith("deep-narrow") and s == "ddp" and ck == "selective"]
     assert narrow[0][1] < -0.5 and abs(narrow[0][0]) < 0.1
+
+
+def test_the_plan_says_when_checkpointing_makes_the_gpu_wait():
+    from topowise.planner.explain import host_phrase
+
+    h200 = load_topology("h200-x2")
+    narrow = load_model(str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json"))
+    per_op = predict(Run(narrow, (0,), "ddp", micro_batch=8, seq_len=2048, checkpointing="selective"), h200)
+    assert "per-op selective checkpointing runs its policy on every operator" in host_phrase(per_op)
+    full = predict(Run(narrow, (0,), "ddp", micro_batch=8, seq_len=2048, checkpointing="full"), h200)
+    assert "checkpointing's rerun" in host_phrase(full)

@@ -102,8 +102,15 @@ def host_phrase(pred, whose: str = "the") -> str | None:
     if frac < NOTABLE_EXPOSED:
         return None
     waits = {ph.phase: ph.host_wait_s for ph in pred.time.phases}
-    where = ("Python, in the optimizer step" if waits and max(waits, key=waits.get) == "optimizer"
-             else "Python, per-block hooks")
+    run = pred.run
+    if waits and max(waits, key=waits.get) == "optimizer":
+        where = "Python, in the optimizer step"
+    elif run.checkpointing == "selective" and run.selective_ac_option == "op":
+        where = "Python: per-op selective checkpointing runs its policy on every operator"
+    elif run.checkpointing != "none":
+        where = "Python, per-block hooks and checkpointing's rerun"
+    else:
+        where = "Python, per-block hooks"
     return f"the GPU waits {pct(frac)} of {whose} step for the host to issue it ({where})"
 
 
