@@ -102,3 +102,15 @@ def test_the_plan_says_when_checkpointing_makes_the_gpu_wait():
     assert "per-op selective checkpointing runs its policy on every operator" in host_phrase(per_op)
     full = predict(Run(narrow, (0,), "ddp", micro_batch=8, seq_len=2048, checkpointing="full"), h200)
     assert "checkpointing's rerun" in host_phrase(full)
+
+
+def test_predict_says_per_op_selective_runs_python_on_every_operator(capsys):
+    from topowise.cli.main import main
+
+    config = str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json")
+    args = ["predict", "--model", config, "--topology", "h200-x2", "--gpus", "0", "--strategy", "ddp",
+            "--micro-batch", "8", "--seq-len", "2048", "--checkpointing"]
+    assert main(args + ["selective"]) == 0
+    assert "per-op selective checkpointing runs Python on every operator" in " ".join(capsys.readouterr().out.split())
+    assert main(args + ["full"]) == 0
+    assert "per-op selective" not in capsys.readouterr().out
