@@ -86,7 +86,7 @@ def test_host_bound_checkpointed_runs_no_fit_saw(predict_one):
     assert len(errors) == 14 and inside >= 11
     mean = {i: sum(abs(e[i]) for e in errors.values()) / len(errors) for i in (0, 1)}
     assert mean[0] < mean[1]
-    # the terms from 128 tokens overstate these shapes' host (docs/calibration.md, "Checkpointing on the host")
+    # over on the whole with the terms, short without (docs/calibration.md, "Checkpointing on the host")
     assert sum(e[0] for e in errors.values()) > 0 > sum(e[1] for e in errors.values())
     narrow = [e for (m, s, ck, _), e in errors.items()
               if m.endswith("deep-narrow") and s == "ddp" and ck == "selective"]
