@@ -238,3 +238,37 @@ def test_torchtitan_export_names_the_mode_and_option():
                                         micro_batch=2, seq_len=8192, activation_checkpointing=True))  # no mode given
     assert legacy[legacy.index("--activation_checkpoint.mode") + 1] == "full"
     assert "--activation_checkpoint.selective_ac_option" not in legacy
+
+
+def test_autograd_keeps_no_weight_cast_of_a_block_checkpointing_reruns():
+    """memory.recast_blocks' premise: under autocast, what a checkpointed block saves for backward holds no
+    bf16 copy of its weights (checkpointing recomputes the cast), so past autocast's cache only the blocks
+    not rerun and the output layer keep one."""
+    torch = pytest.importorskip("torch")
+    from topowise.measure.strategies import apply_checkpointing
+    from topowise.models.transformer import build_model
+
+    spec = ModelSpec("t", "llama", 300, 32, 3, 4, 2, 64, False)
+    # 2 x 12 tokens: no activation reshaped to two dimensions has a weight's shape
+    tokens = torch.randint(0, 300, (2, 13), generator=torch.Generator().manual_seed(0))
+    kept = {}
+    for mode, option in (("none", "op"), ("selective", "op"), ("selective", "2"), ("full", "op")):
+        model = build_model(spec, 16, "cpu", seed=0)
+        apply_checkpointing(model, mode, option)
+        # the matmuls keep each weight's cast as its transpose
+        shapes = {tuple(p.t().shape) for n, p in model.named_parameters() if p.dim() == 2 and ".layers." in f".{n}"}
+        packed = []
+
+        def pack(t, packed=packed):
+            if t.dtype == torch.bfloat16 and t.dim() == 2:
+                packed.append(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", torch.bfloat16):
+            model(tokens[:, :-1])
+        kept[(mode, option)] = (sum(s in shapes for s in packed), packed.count((32, 300)))
+    # five Linear weights a block (qkv, out, gate, up, down); the output layer's cast in every mode
+    assert kept == {("none", "op"): (15, 1), ("selective", "op"): (0, 1), ("selective", "2"): (5, 1),
+                    ("full", "op"): (0, 1)}
+    run_of = {m: Run(spec, (0,), "ddp", seq_len=16, checkpointing=m[0], selective_ac_option=m[1]) for m in kept}
+    assert {m: 5 * (3 - recast_blocks(r)) for m, r in run_of.items()} == {m: k[0] for m, k in kept.items()}
