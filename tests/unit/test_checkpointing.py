@@ -219,8 +219,30 @@ def test_plan_predicts_selective_candidates():
     from topowise.planner.search import candidate_run
 
     cands = enumerate_candidates(H200X2, num_gpus=2, micro_batches=(1,))
-    modes = {candidate_run(LLAMA_1B, c, seq_len=8192, fabric="nvlink").checkpointing for c in cands}
-    assert modes == {"none", "selective", "full"}
+    runs = [candidate_run(LLAMA_1B, c, seq_len=8192, fabric="nvlink") for c in cands]
+    assert {(r.checkpointing, r.selective_ac_option if r.checkpointing == "selective" else "") for r in runs} == {
+        ("none", ""), ("selective", "op"), ("selective", "2"), ("full", "")}
+    # per op and every 2nd block are two groups: a miss of one does not stop the other's micro-batches
+    assert len({c.group_key for c in cands}) == len({(c.group_key[:3]) for c in cands}) * 4
+
+
+def test_plan_takes_every_2nd_block_where_per_ops_python_sets_the_step():
+    """The deep, narrow config on one H200 at 8 x 2048 tokens: per-op selective's host work makes it
+    host-bound, every 2nd block recomputed whole waits on the host far less, and is ranked above it."""
+    from pathlib import Path
+
+    from topowise.planner.candidates import enumerate_candidates
+    from topowise.planner.search import evaluate, rank
+
+    narrow = load_model(str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json"))
+    fits, _, _ = evaluate(narrow, H200X2, enumerate_candidates(H200X2, gpus=(0,), micro_batches=(8,)),
+                          seq_len=2048, fabric="nvlink", profile=None)
+    every = {(p.checkpointing, p.prediction.run.selective_ac_option): p for p in fits}
+    per_op, every_2 = every[("selective", "op")], every[("selective", "2")]
+    assert per_op.prediction.host_bound
+    assert every_2.prediction.time.host_wait_s < 0.5 * per_op.prediction.time.host_wait_s
+    ranked = [p for p in sorted(fits, key=lambda p: -p.prediction.tokens_per_s) if p.checkpointing == "selective"]
+    assert ranked[0] is every_2 and rank([per_op, every_2])[0] is every_2
 
 
 def test_torchtitan_export_names_the_mode_and_option():

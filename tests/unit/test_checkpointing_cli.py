@@ -57,7 +57,8 @@ def test_plan_json_and_launch_plan_carry_the_mode(selective_plan, tmp_path):
     assert again == launch
     toml = render("torchtitan", again)
     assert "--activation_checkpoint.mode selective" in toml
-    assert "--activation_checkpoint.selective_ac_option op" in toml
+    option = best.prediction.run.selective_ac_option  # per op or every 2nd block: the plan's own
+    assert launch.selective_ac_option == option and f"--activation_checkpoint.selective_ac_option {option}" in toml
 
 
 def test_a_plan_file_written_before_the_modes_reads_as_full_or_none():

@@ -61,10 +61,11 @@ def test_plan_rows_are_whole_and_the_why_is_under_the_table(tty, capsys, request
 
 
 def test_plan_says_what_the_rows_are_and_how_many_choices(capsys):
-    # pcie-l40s-8: 15 predictions fit but they are 4 choices, each at its best micro-batch and checkpointing
+    # pcie-l40s-8: 19 predictions fit (none, per op, every 2nd block, full) but they are 4 choices, each at its
+    # best micro-batch and checkpointing
     text, data = text_and_json(capsys, ["plan", "--model", "llama3.1-8b", "--topology", "pcie-l40s-8", "--top", "10"])
-    assert (data["feasible"], data["choices"], len(data["plans"])) == (15, 4, 4)
-    assert "15 of 63 predicted candidates fit" in text and "the rows are all 4 distinct choices" in text
+    assert (data["feasible"], data["choices"], len(data["plans"])) == (19, 4, 4)
+    assert "19 of 83 predicted candidates fit" in text and "the rows are all 4 distinct choices" in text
     text, data = text_and_json(capsys, ["plan", "--model", "llama3.1-8b", "--topology", "h100-nvl-8"])
     assert len(data["plans"]) == 5 < data["choices"]
     assert f"the rows are the 5 fastest of {data['choices']} distinct choices" in text

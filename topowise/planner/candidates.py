@@ -1,8 +1,10 @@
 """Candidates: strategy x GPU subset x micro-batch x activation checkpointing (x compile), island-aware.
 
-Checkpointing takes three values, in order of memory saved and time spent: False (none),
-"selective" (per op: torchtitan's default), True (full). They go into Run.activation_checkpointing,
-which takes a mode's name as well as a bool (the run's `checkpointing` then says which).
+Checkpointing takes four values: False (none), "selective" per op (torchtitan's default), "selective"
+every 2nd block (torchtitan's `selective_ac_option` 2: half the blocks recomputed whole, and none of per
+op's Python on every operator, which sets the step of small models on a fast GPU), True (full). They go
+into Run.activation_checkpointing, which takes a mode's name as well as a bool (the run's `checkpointing`
+then says which), with the option beside it.
 
 GPU subsets are never all C(n, k): for k GPUs we take the topology's best subset (fewest NVLink
 islands, fastest ring), the first k indices (what people type), and a spread across islands (what a
@@ -19,7 +21,9 @@ from topowise.run import STRATEGIES
 from topowise.topology.model import Topology
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
-CHECKPOINTING_CHOICES: tuple[bool | str, ...] = (False, "selective", True)  # none, selective per op, full
+# (activation_checkpointing, selective_ac_option): none, per op, every 2nd block, full
+CHECKPOINTING_CHOICES: tuple[tuple[bool | str, str], ...] = ((False, "op"), ("selective", "op"), ("selective", "2"),
+                                                            (True, "op"))
 COMMON_SHARD_SIZES = (2, 4, 8)  # shard groups people use even where no island has that size
 
 
@@ -28,21 +32,23 @@ class Candidate:
     strategy: str
     gpus: tuple[int, ...]
     micro_batch: int
-    activation_checkpointing: bool | str  # one of CHECKPOINTING_CHOICES
+    activation_checkpointing: bool | str  # with selective_ac_option, one of CHECKPOINTING_CHOICES
     shard_group_size: int | None = None
     placement: str = "best"  # best | first | spread | given
     compile: bool = False  # torch.compile of each block
+    selective_ac_option: str = "op"  # with "selective": per op, or every k-th block
 
     @property
     def group_key(self) -> tuple:
         """Candidates that differ only in micro-batch (memory grows with it: the search stops at the first miss)."""
-        return (self.strategy, self.gpus, self.shard_group_size, self.activation_checkpointing, self.compile)
+        return (self.strategy, self.gpus, self.shard_group_size, self.activation_checkpointing,
+                self.selective_ac_option, self.compile)
 
     @property
     def memory_key(self) -> tuple:
         """Memory depends on the GPU count, not on which GPUs: one miss rules out every placement."""
-        return (self.strategy, len(self.gpus), self.shard_group_size, self.activation_checkpointing, self.compile,
-                self.micro_batch)
+        return (self.strategy, len(self.gpus), self.shard_group_size, self.activation_checkpointing,
+                self.selective_ac_option, self.compile, self.micro_batch)
 
 
 def shard_groups(gpus: tuple[int, ...], size: int | None) -> tuple[tuple[int, ...], ...]:
@@ -123,7 +129,7 @@ def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: t
     for k in counts:
         for label, subset in where or placements(topo, k):
             for strategy, shard in strategy_options(topo, k):
-                for ac in CHECKPOINTING_CHOICES:
+                for ac, option in CHECKPOINTING_CHOICES:
                     for compiled in compile_choices:
-                        out.extend(Candidate(strategy, subset, mb, ac, shard, label, compiled) for mb in mbs)
+                        out.extend(Candidate(strategy, subset, mb, ac, shard, label, compiled, option) for mb in mbs)
     return out

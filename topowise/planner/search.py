@@ -173,7 +173,8 @@ def candidate_run(model: ModelSpec, c: Candidate, *, seq_len: int, fabric: str, 
         engine = "pytorch"
     return Run(model, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
                activation_checkpointing=c.activation_checkpointing, fabric=fabric,
-               shard_group_size=c.shard_group_size, engine=engine, compile=c.compile)
+               shard_group_size=c.shard_group_size, engine=engine, compile=c.compile,
+               selective_ac_option=c.selective_ac_option)
 
 
 def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile, engine: str = "pytorch") -> Prediction:
