@@ -114,3 +114,15 @@ def test_predict_says_per_op_selective_runs_python_on_every_operator(capsys):
     assert "per-op selective checkpointing runs Python on every operator" in " ".join(capsys.readouterr().out.split())
     assert main(args + ["full"]) == 0
     assert "per-op selective" not in capsys.readouterr().out
+
+
+def test_validate_counts_host_bound_cases_inside_their_range():
+    from topowise.calibrate.validate import compare, summarize
+
+    rows = compare(read_records(str(RECOMPUTE / "run37/train.jsonl"), kind="train"), default_profile(),
+                   load_topology("h200-x2"))
+    host = summarize(rows)["by_bound"]["host"]
+    assert host["cases"] == 5
+    assert host["in_range"]["cases"] == 5 and host["in_range"]["inside"] == 4
+    assert host["in_range"]["outside"] == ["configs/llama-0.37b ddp mb8 seq1024 nvlink AC full"]
+    assert "in_range" not in summarize(rows)["by_bound"]["gpu"]

@@ -73,6 +73,7 @@ def compare(records: list[dict], profile: Profile, topo, model_loader: Callable 
             float(p.memory.peak_bytes), o.world_size,
             {"compute_s": t.compute_s, "memory_bound_s": t.memory_bound_s, "optimizer_s": t.optimizer_s,
              "comm_s": t.comm_s, "exposed_comm_s": t.exposed_comm_s, "host_s": t.host_s, "host_wait_s": t.host_wait_s,
+             "step_range_s": list(t.step_range_s),
              "activations_bytes": p.memory.activations_bytes, "peak_phase": p.memory.peak_phase},
             o.step_spread))
     return rows
@@ -121,8 +122,17 @@ def summarize(rows: list[ValidationRow], tolerance: float = RANK_TOLERANCE) -> d
 
 def _errors(rows: list[ValidationRow]) -> dict:
     errs = [abs(r.step_error) for r in rows if r.step_error is not None]
-    return {"cases": len(errs), "mean_abs_error": sum(errs) / len(errs) if errs else None,
-            "max_abs_error": max(errs) if errs else None}
+    out = {"cases": len(errs), "mean_abs_error": sum(errs) / len(errs) if errs else None,
+           "max_abs_error": max(errs) if errs else None}
+    # a host-bound prediction is a range (Profile.host_spread): whether the measured step lies in it
+    ranged = [r for r in rows if r.measured_step_s and r.breakdown.get("step_range_s")
+              and r.breakdown.get("host_wait_s", 0.0) > 0]
+    if ranged:
+        outside = [r for r in ranged
+                   if not r.breakdown["step_range_s"][0] <= r.measured_step_s <= r.breakdown["step_range_s"][1]]
+        out["in_range"] = {"cases": len(ranged), "inside": len(ranged) - len(outside),
+                           "outside": [r.case.label for r in outside]}
+    return out
 
 
 def meets_target(summary: dict) -> dict:

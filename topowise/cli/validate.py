@@ -204,6 +204,11 @@ def render(result, where: str, device: str) -> None:
         if b and b["cases"]:
             console.print(f"  {words}: {b['cases']} cases, step time mean abs error {abs_pct(b['mean_abs_error'])}, "
                           f"max {abs_pct(b['max_abs_error'])}")
+        if b and b.get("in_range"):
+            r = b["in_range"]
+            outside = ", ".join(run_words(c, device) for c in r["outside"])
+            console.print(f"    {r['inside']} of {r['cases']} inside the range the host's spread gives"
+                          + (f"; outside: {outside}" if outside else ""), highlight=False)
     if s.get("gpu_clocks"):
         from topowise.measure.gpu_clocks import describe_clocks
 
