@@ -126,3 +126,22 @@ def test_validate_counts_host_bound_cases_inside_their_range():
     assert host["in_range"]["cases"] == 5 and host["in_range"]["inside"] == 4
     assert host["in_range"]["outside"] == ["configs/llama-0.37b ddp mb8 seq1024 nvlink AC full"]
     assert "in_range" not in summarize(rows)["by_bound"]["gpu"]
+
+
+def test_the_unseen_workload_target_item_by_item():
+    from topowise.calibrate.validate import compare, meets_unseen_target, summarize
+
+    rows = compare(read_records(str(RECOMPUTE / "run37/train.jsonl"), kind="train"), default_profile(),
+                   load_topology("h200-x2"))
+    target = meets_unseen_target(summarize(rows))
+    # five host-bound runs, one outside its range; memory -0.6..-0.1%; no group of two strategies
+    assert target == {"cases >= 30": False, "GPU-bound step MAE <= 4%": True, "GPU-bound step max <= 8%": True,
+                      "host-bound inside range": False, "memory MAE <= 3%": True, "memory max <= 6%": True,
+                      "memory never under > 3%": True, "ranking": False}
+    good = {"ok": 30, "ranking_ok": True,
+            "by_bound": {"gpu": {"cases": 20, "mean_abs_error": 0.039, "max_abs_error": 0.079},
+                         "host": {"cases": 10, "in_range": {"cases": 10, "inside": 10, "outside": []}}},
+            "peak_memory": {"mean_abs_error": 0.029, "max_abs_error": 0.059, "least_error": -0.029}}
+    assert all(meets_unseen_target(good).values())
+    under = dict(good, peak_memory=dict(good["peak_memory"], least_error=-0.031))
+    assert [k for k, ok in meets_unseen_target(under).items() if not ok] == ["memory never under > 3%"]

@@ -176,7 +176,7 @@ def comparison_tables(title: str, first: str, rows: list[tuple], device: str) ->
 
 
 def render(result, where: str, device: str) -> None:
-    from topowise.calibrate.validate import meets_target
+    from topowise.calibrate.validate import meets_target, meets_unseen_target
     from topowise.cli.console import console as make_console
     from topowise.measure.records import fabric_label
 
@@ -229,9 +229,9 @@ def render(result, where: str, device: str) -> None:
     for problem in s.get("problems", []):
         console.print(f"[red]{problem}[/]")
     if result.rows:
-        target = meets_target(s)
-        console.print("target: " + ", ".join(f"{k} {'[green]yes[/]' if v else '[red]no[/]'}"
-                                             for k, v in target.items()))
+        for label, target in (("target", meets_target(s)), ("unseen-workload target", meets_unseen_target(s))):
+            console.print(f"{label}: " + ", ".join(f"{k} {'[green]yes[/]' if v else '[red]no[/]'}"
+                                                    for k, v in target.items()))
     if result.out:
         console.print(f"per case: {result.out}")
     if result.plot:
