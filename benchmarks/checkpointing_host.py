@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from topowise.calibrate.fit import fit_host, observation_from, predictor  # noqa: E402
+from topowise.calibrate.fit import (  # noqa: E402
+    CHECKPOINTING_HOST_KEYS,
+    fit_host,
+    observation_from,
+    predictor,
+    without_checkpointing_host,
+)
 from topowise.costmodel.profile import default_profile  # noqa: E402
 from topowise.measure.records import read_records  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
@@ -32,24 +37,21 @@ FIT = RESULTS / "recompute/run34/train.jsonl"
 CHECK = [RESULTS / "recompute/run33/train.jsonl", RESULTS / "recompute/run34/train.jsonl",
          RESULTS / "recompute/run36/train.jsonl", RESULTS / "recompute/run37/train.jsonl",
          RESULTS / "modes/run29/train.jsonl"]
-KEYS = ("checkpoint/", "selective-op/")
 
 
 def fit(path: Path, predict_one) -> None:
     obs = [observation_from(r) for r in read_records(str(path), kind="train") if r["seq_len"] == 128]
-    plain = replace(default_profile(), host_s_per_layer={k: v for k, v in default_profile().host_s_per_layer.items()
-                                                         if not k.startswith(KEYS)})
-    profile, bound = fit_host(plain, obs, predict_one, None, str(path))
+    profile, bound = fit_host(without_checkpointing_host(default_profile()), obs, predict_one, None, str(path))
     print(f"{len(bound)} host-bound runs of {len(obs)} at 128 tokens")
     for key, value in profile.host_s_per_layer.items():
-        if key.startswith(KEYS):
+        if key.startswith(CHECKPOINTING_HOST_KEYS):
             print(f'    "{key}": {1e3 * value:.3f}e-3,')
             print(f"        # {profile.sources['host_s_per_layer.' + key]}")
 
 
 def check(paths: list[Path], predict_one) -> None:
     full = default_profile()
-    without = replace(full, host_s_per_layer={k: v for k, v in full.host_s_per_layer.items() if not k.startswith(KEYS)})
+    without = without_checkpointing_host(full)
     print(f"{'run':<44}{'measured':>9}{'without':>9}{'err':>8}{'with':>8}{'err':>8}  host range, ms")
     for path in paths:
         for r in read_records(str(path), kind="train"):

@@ -208,6 +208,11 @@ class Run:
         object.__setattr__(self, "activation_checkpointing", mode != "none")
 
     @property
+    def per_op_checkpointing(self) -> bool:
+        """Selective checkpointing per op (torchtitan's default), as against every k-th block."""
+        return self.checkpointing == "selective" and self.selective_ac_option == "op"
+
+    @property
     def checkpoint_words(self) -> str:
         """The mode for people: "none", "full", "selective (per op)", "selective (every 2nd block)"."""
         if self.checkpointing != "selective":

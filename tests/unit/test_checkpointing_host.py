@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from topowise.calibrate.fit import fit_host, observation_from, predictor
+from topowise.calibrate.fit import fit_host, observation_from, predictor, without_checkpointing_host
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import CHECKPOINTING_HOST_S_PER_LAYER, default_profile
 from topowise.costmodel.step import checkpointing_host_s
@@ -19,7 +19,6 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 RECOMPUTE = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/recompute"
-KEYS = ("checkpoint/", "selective-op/")
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +27,7 @@ def predict_one():
 
 
 def plain_profile():
-    p = default_profile()
-    return replace(p, host_s_per_layer={k: v for k, v in p.host_s_per_layer.items() if not k.startswith(KEYS)})
+    return without_checkpointing_host(default_profile())
 
 
 def run(mode="none", option="op", strategy="ddp") -> Run:

@@ -34,7 +34,7 @@ from topowise.calibrate.cases import Case
 from topowise.calibrate.crypto import apply_encryption, encryption_fit
 from topowise.calibrate.machine import link_class
 from topowise.costmodel.comm import ring_scale, uses_nvls
-from topowise.costmodel.memory import checkpointed_blocks
+from topowise.costmodel.memory import recast_blocks
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
@@ -427,6 +427,15 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
     return fit_checkpointing_host(profile, bound, predict_one, where), bound
 
 
+CHECKPOINTING_HOST_KEYS = ("checkpoint/", "selective-op/")  # host_s_per_layer's checkpointing terms
+
+
+def without_checkpointing_host(profile: Profile) -> Profile:
+    """The profile with no checkpointing host terms: what the plain host terms give a run."""
+    return replace(profile, host_s_per_layer={k: v for k, v in profile.host_s_per_layer.items()
+                                              if not k.startswith(CHECKPOINTING_HOST_KEYS)})
+
+
 def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_one: Callable,
                            where: str) -> Profile:
     """host_s_per_layer["checkpoint/phase"] and ["selective-op/phase"] (step.checkpointing_host_s): over the
@@ -434,8 +443,7 @@ def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_o
     plain terms give the run) per block the mode touches: each block recomputed whole, or every block
     under per-op selective."""
     values, src = dict(profile.host_s_per_layer), dict(profile.sources)
-    plain = replace(profile, host_s_per_layer={k: v for k, v in profile.host_s_per_layer.items()
-                                               if not k.startswith(("checkpoint/", "selective-op/"))})
+    plain = without_checkpointing_host(profile)
     for key in ("checkpoint", "selective-op"):
         extra: dict[str, list[float]] = {phase: [] for phase in ("forward", "backward")}
         names = []
@@ -443,10 +451,9 @@ def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_o
             if not o.activation_checkpointing or o.engine != "pytorch":
                 continue
             run = predict_one(profile, o).run
-            per_op = run.checkpointing == "selective" and run.selective_ac_option == "op"
-            if per_op != (key == "selective-op"):
+            if run.per_op_checkpointing != (key == "selective-op"):
                 continue
-            blocks = run.model.num_layers if per_op else checkpointed_blocks(run)
+            blocks = recast_blocks(run)
             for phase in extra:
                 extra[phase].append((o.host_phase_s[phase] - plain.host_s(o.strategy, phase, o.compile)
                                      * run.model.num_layers) / blocks)

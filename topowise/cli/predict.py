@@ -191,7 +191,7 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
         less = ("DeepSpeed's ZeRO-3 issues about twice FSDP2's work per block; its ZeRO-1/2 issue less but "
                 "spend some 35 ms in the optimizer step" if p.engine == "deepspeed"
                 else "ddp issues less per block than FSDP")
-        if p.run.checkpointing == "selective" and p.run.selective_ac_option == "op":
+        if p.run.per_op_checkpointing:
             less += "; per-op selective checkpointing runs Python on every operator, every k-th block less"
         out.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
                   f"(more tokens per step hide it; {less}). The host's speed moves "

@@ -160,7 +160,7 @@ def saved_activation_bytes_per_token(run: Run, autocast: bool) -> tuple[float, f
     per token, under the run's checkpointing mode."""
     model = run.model
     per_layer = activation_bytes_per_token_per_layer(model, autocast, compiled=run.compile)
-    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+    if run.per_op_checkpointing:
         return (model.num_layers * selective_kept_bytes_per_token_per_layer(model, autocast),
                 selective_recompute_bytes_per_token(model, autocast))
     whole = checkpointed_blocks(run)
@@ -205,11 +205,11 @@ def autocast_block_cast_params(model: ModelSpec) -> float:
 
 
 def recast_blocks(run: Run) -> int:
-    """Blocks whose bf16 weight copies autograd does not keep for backward: the cast is a cheap op that
-    checkpointing recomputes, so every block under per-op selective and each block recomputed whole.
-    Their copies live in autocast's cache until the forward leaves autocast (torch.autocast's __exit__
-    clears it), and the recompute casts the weights again."""
-    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+    """Blocks whose forward checkpointing reruns in the backward: every block under per-op selective (its
+    cheap ops), each block recomputed whole otherwise. Under autocast their bf16 weight copies are not
+    kept for backward either (the cast is a cheap op): they live in autocast's cache until the forward
+    leaves autocast (torch.autocast's __exit__ clears it), and the rerun casts the weights again."""
+    if run.per_op_checkpointing:
         return run.model.num_layers
     return checkpointed_blocks(run)
 

@@ -125,7 +125,7 @@ def recompute_flops_per_token(run: Run) -> float:
     (2 q h; its output feeds the residual that the MLP's norm keeps) and in the Llama block up (2 h I;
     the product keeps it). The last matmul's output (down, GPT-2's c_proj) is needed by no backward."""
     model = run.model
-    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+    if run.per_op_checkpointing:
         up = 0 if model.family == "gpt2" else model.hidden_size * model.intermediate_size
         return 2.0 * model.num_layers * (model.num_heads * model.head_dim * model.hidden_size + up)
     block = 2.0 * model.layer_params + FLASH_FORWARD_SHARE * attention_flops_per_token(model, run.seq_len) \
@@ -137,9 +137,7 @@ def rerun_share(run: Run) -> float:
     """Of the blocks' forward elementwise work, the share checkpointing runs again in the backward:
     per-op selective the cheap ops of every block (all of it), a block recomputed whole ("full", every k-th)
     its whole forward."""
-    if run.checkpointing == "selective" and run.selective_ac_option == "op":
-        return 1.0
-    return checkpointed_blocks(run) / run.model.num_layers
+    return 1.0 if run.per_op_checkpointing else checkpointed_blocks(run) / run.model.num_layers
 
 
 def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
@@ -148,15 +146,14 @@ def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
     per such block). Per-op selective: the policy's dispatch mode runs in Python for every operator of
     every block's forward and rerun ("selective-op/phase" per block). Measured at 128 tokens, where the
     host sets the step (Profile.host_s_per_layer)."""
-    per_op = run.checkpointing == "selective" and run.selective_ac_option == "op"
-    key, blocks = ("selective-op", run.model.num_layers) if per_op else ("checkpoint", checkpointed_blocks(run))
-    return blocks * float(profile.host_s_per_layer.get(f"{key}/{phase}", 0.0)) if blocks else 0.0
+    key = "selective-op" if run.per_op_checkpointing else "checkpoint"
+    return recast_blocks(run) * float(profile.host_s_per_layer.get(f"{key}/{phase}", 0.0))
 
 
 def recompute_attention_flops_per_token(run: Run) -> float:
     """Of recompute_flops_per_token, the attention's: a causal flash forward per block recomputed whole
     (per-op selective keeps the attention's output: nothing)."""
-    if run.checkpointing == "selective" and run.selective_ac_option == "op":
+    if run.per_op_checkpointing:
         return 0.0
     return checkpointed_blocks(run) * FLASH_FORWARD_SHARE * attention_flops_per_token(run.model, run.seq_len) \
         / run.model.num_layers

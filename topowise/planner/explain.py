@@ -105,7 +105,7 @@ def host_phrase(pred, whose: str = "the") -> str | None:
     run = pred.run
     if waits and max(waits, key=waits.get) == "optimizer":
         where = "Python, in the optimizer step"
-    elif run.checkpointing == "selective" and run.selective_ac_option == "op":
+    elif run.per_op_checkpointing:
         where = "Python: per-op selective checkpointing runs its policy on every operator"
     elif run.checkpointing != "none":
         where = "Python, per-block hooks and checkpointing's rerun"
