@@ -34,12 +34,12 @@ def test_gpu_bound_wide_blocks_within_five_percent(replayed):
     assert sum(map(abs, errors)) / len(errors) < 0.03 and max(map(abs, errors)) < 0.05, errors
 
 
-def test_memory_never_under_and_within_six_percent_but_compiled_narrow_ddp(replayed):
+def test_memory_within_one_percent_either_way(replayed):
+    # the compiled ddp runs of the two narrow configs were +8.4% and +10.9% while a compiled block was taken to
+    # keep what eager keeps under DDP; DDPOptimizer's pieces (memory.compiled_saved_less) say what it drops
     for r, p in replayed:
         error = p.memory.allocated_bytes / r["steady_peak_memory_bytes"] - 1
-        assert error > -0.01, (r["model"], r["strategy"], error)
-        if wide(r) or not (r["compile"] and r["strategy"] == "ddp"):
-            assert error < 0.06, (r["model"], r["strategy"], error)
+        assert -0.01 < error < 0.01, (r["model"], r["strategy"], r["compile"], error)
 
 
 def test_a_block_recomputed_whole_reruns_its_elementwise_work(replayed):

@@ -76,30 +76,84 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
     GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
     q, k, v (views of the c_attn output, 6h), out (2h), logsumexp, GELU input (2I), c_proj input (2I).
 
-    `compiled` (torch.compile of each block): Inductor fuses the activation function into its neighbours
-    and its partitioner recomputes the fused output in the backward rather than save it, so SiLU's
-    output (2I; the product, down's input, is kept) or GELU's (the c_proj input, 2I) is not saved:
-    2I bytes less. Measured: 2I x tokens x blocks less allocated peak, to the MiB, on five Llama shapes
-    and every strategy on one H200 with the block of before 2026-12-02 (one gate_up Linear;
-    docs/results/2026-12-01-h200x1/compile); GPT-2 not measured. Under autocast the Llama block of
-    2026-12-02 (gate and up two Linears) keeps SiLU's output compiled too: llama3.2-1b ddp compiled held
-    45.39 GiB against eager's 45.42, where the saving would have been 2.0 GiB, 2I x tokens x blocks
-    exactly (docs/results/2026-12-02-h200x1/model-change; its zero3 twin, bf16, saved the 2I). Why
-    Inductor's partitioner decides so under autocast is not established.
+    `compiled` (torch.compile of each block): less by `compiled_saved_less` (below).
     """
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     r = 4 if autocast else 2
     lse = 4 * model.num_heads
-    activation_output = 0 if compiled and not (autocast and model.family != "gpt2") else 2 * i
+    less = compiled_saved_less(model, under_ddp=autocast) if compiled else 0.0
     if model.family == "gpt2":
-        return 2 * (r * h + 8) + 2 * (2 * h) + 6 * h + 2 * h + lse + 2 * i + activation_output
+        return 2 * (r * h + 8) + 2 * (2 * h) + 6 * h + 2 * h + lse + 2 * i + 2 * i - less
     k_and_v = 2 * (2 * q if gqa_expanded else 2 * kv)
     norms = 2 * (r * h + 4)
     linear_inputs = 2 * (2 * h) + (2 * h if autocast else 0)
     attention = 2 * q + k_and_v + 2 * q + lse
-    mlp = 4 * i + activation_output + 2 * i
-    return norms + linear_inputs + attention + mlp
+    mlp = 4 * i + 2 * i + 2 * i
+    return norms + linear_inputs + attention + mlp - less
+
+
+# DDP's gradient buckets as bench train sets them (torch's defaults: 25 MiB, and 1 MiB for the first one,
+# torch.distributed._DEFAULT_FIRST_BUCKET_BYTES). Under torch.compile Dynamo's DDPOptimizer splits every
+# graph it compiles inside a DDP module where these buckets end (torch/_dynamo/backends/distributed.py).
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 2**20
+
+
+def block_ops(model: ModelSpec) -> list[tuple[str, int]]:
+    """One block's forward as Dynamo traces it, coarsely: (operation, bytes of the fp32 parameters it
+    takes), in order, named as Block names them. "attention" stands for everything between the qkv and out
+    projections."""
+    h, i = model.hidden_size, model.intermediate_size
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    if model.family == "gpt2":
+        return [("attn_norm", 8 * h), ("qkv", 4 * (3 * h * h + 3 * h)), ("attention", 0), ("out", 4 * (h * h + h)),
+                ("add", 0), ("mlp_norm", 8 * h), ("up", 4 * (i * h + i)), ("activation", 0),
+                ("down", 4 * (h * i + h)), ("add", 0)]
+    bias = 4 * (q + 2 * kv) if model.qkv_bias else 0
+    return [("attn_norm", 4 * h), ("qkv", 4 * (q + 2 * kv) * h + bias), ("attention", 0), ("out", 4 * q * h),
+            ("add", 0), ("mlp_norm", 4 * h), ("gate", 4 * i * h), ("activation", 0), ("up", 4 * i * h),
+            ("mul", 0), ("down", 4 * h * i), ("add", 0)]
+
+
+def ddp_compiled_pieces(model: ModelSpec) -> list[list[str]]:
+    """The pieces DDPOptimizer compiles one block in, in forward order. It walks the graph backwards (the
+    order gradients become ready), adding each operation's parameters to a bucket, and starts a new piece
+    at the operation after one that filled the bucket (the first bucket, the block's last operations,
+    fills at 1 MiB, the others at 25 MiB); a first piece without parameters joins the next."""
+    pieces: list[list[str]] = [[]]
+    size = 0
+    for name, nbytes in reversed(block_ops(model)):
+        if size >= (DDP_FIRST_BUCKET_BYTES if len(pieces) == 1 else DDP_BUCKET_BYTES):
+            pieces.append([])
+            size = 0
+        pieces[-1].append(name)
+        size += nbytes
+    if len(pieces) > 1 and size == 0:
+        pieces[-2].extend(pieces.pop())
+    return [list(reversed(piece)) for piece in reversed(pieces)]
+
+
+def compiled_saved_less(model: ModelSpec, under_ddp: bool) -> float:
+    """Bytes per token one compiled block saves for backward fewer than eager (bench train's --compile).
+
+    Inductor's partitioner recomputes cheap outputs in the backward instead of saving them, but only
+    inside one compiled graph: what crosses from one graph to the next is saved as eager saves it. Under
+    DDP (ddp, zero1) the block is compiled in the pieces `ddp_compiled_pieces` gives; under FSDP2 whole.
+      SiLU's output (2I) is recomputed from gate's when SiLU and the product are in one graph (GPT-2's
+      GELU output is kept);
+      under autocast (ddp, zero1) gate and up each cast the MLP norm's fp32 output to bf16 in eager (two
+      copies, 2h each); in one graph the two casts are one (2h).
+    Measured with benchmarks/saved_bytes.py --setting model (docs/results/2026-12-03-h200x1/compiled-memory).
+    A block compiled whole under autocast (no DDP; bench train has no such case) saves 2h more again."""
+    h, i = model.hidden_size, model.intermediate_size
+    pieces = ddp_compiled_pieces(model) if under_ddp else [[name for name, _ in block_ops(model)]]
+    piece = {name: k for k, names in enumerate(pieces) for name in names if name != "add"}
+    if model.family == "gpt2":
+        return 0.0
+    activation = 2 * i if piece["activation"] == piece["mul"] else 0
+    shared_cast = 2 * h if under_ddp and piece["gate"] == piece["up"] else 0
+    return float(activation + shared_cast)
 
 
 def rope_bytes(model: ModelSpec, seq_len: int) -> float:
