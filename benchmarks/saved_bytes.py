@@ -120,6 +120,7 @@ def saved_per_block(model, tokens, autocast: bool, device: str) -> list[int]:
 
 
 def measure_in_model(spec, batch: int, seq: int, autocast: bool, mode: str, ddp: bool, device: str) -> dict:
+    """One row of the table for `--setting model`: the median block's bytes per token, measured and modelled."""
     from topowise.measure import strategies as S
     from topowise.models.transformer import build_model
 
