@@ -14,7 +14,7 @@ import pytest
 from topowise.calibrate.fit import observation_from, predictor
 from topowise.costmodel import memory
 from topowise.costmodel.profile import default_profile
-from topowise.measure.records import read_records
+from topowise.measure.records import read_records, steady_peak_bytes
 from topowise.models.spec import load_model
 from topowise.topology import load_topology
 
@@ -101,7 +101,7 @@ def test_compiled_steps_memory_within_one_percent_and_never_over_it():
     assert len(records) == 4
     for r in records:
         p = predict_one(default_profile(), observation_from(r))
-        error = p.memory.allocated_bytes / r["steady_peak_memory_bytes"] - 1
+        error = p.memory.allocated_bytes / steady_peak_bytes(r) - 1
         assert -0.01 < error < 0.01, (r["model"], r["strategy"], error)
 
 
@@ -114,9 +114,9 @@ def test_every_compiled_record_of_todays_block_as_the_readme_says():
     errors = []
     for path in sorted(results.glob("2026-12-0[23]-h200x1/**/train*.jsonl")):
         for r in read_records(str(path), kind="train"):
-            if (r.get("compile") and r.get("status", "ok") == "ok" and r.get("steady_peak_memory_bytes")
+            if (r.get("compile") and r.get("status", "ok") == "ok" and steady_peak_bytes(r)
                     and r["micro_batch"] * r["seq_len"] > 128):
                 p = predict_one(default_profile(), observation_from(r))
-                errors.append(p.memory.allocated_bytes / r["steady_peak_memory_bytes"] - 1)
+                errors.append(p.memory.allocated_bytes / steady_peak_bytes(r) - 1)
     assert len(errors) == 25
     assert round(100 * min(errors), 1) >= -0.8 and round(100 * max(errors), 1) <= -0.1, errors
