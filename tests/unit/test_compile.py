@@ -146,6 +146,9 @@ def test_predict_compile_flag_reaches_the_json_and_the_text(capsys):
     assert code == 0 and json.loads(out)["compile"] is True and json.loads(out)["compile_s"] > 0
     code, out, _ = cli(base + ["--compile"], capsys)
     assert code == 0 and "compiled (first step +" in out
+    assert "each block keeps 16,384 bytes per token fewer than eager" in out  # SiLU's output, 2I
+    code, out, _ = cli(base[:-1] + ["ddp", "--compile"], capsys)
+    assert "keeps 0 bytes per token fewer than eager; under DDP Dynamo compiles it in 5 pieces" in out
 
 
 @pytest.mark.parametrize("argv", [

@@ -153,6 +153,19 @@ def memory_verdict(p, headroom: float) -> str:
     return f"does not fit: peak {peak:,.2f} GiB is {peak - usable:,.2f} GiB over {of}"
 
 
+def compiled_memory_note(p) -> str:
+    """What compiling changes in the saved activations, and why (memory.compiled_saved_less)."""
+    from topowise.costmodel.memory import compiled_saved_less, ddp_compiled_pieces
+
+    model, under_ddp = p.run.model, not p.run.spec.fsdp
+    less = compiled_saved_less(model, under_ddp)
+    note = f"compiled: each block keeps {less:,.0f} bytes per token fewer than eager"
+    if under_ddp:
+        note += (f"; under DDP Dynamo compiles it in {len(ddp_compiled_pieces(model))} pieces cut at DDP's gradient "
+                 "buckets and recomputes only inside a piece")
+    return note
+
+
 def _table(title: str):
     from rich import box
     from rich.table import Table
@@ -229,6 +242,8 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     if headroom > 0:
         mem.add_row(f"usable ({headroom:.0%} kept free)", _gib(m.gpu_memory_bytes * (1.0 - headroom)))
     print_whole(out, mem)
+    if p.run.compile:
+        out.print(compiled_memory_note(p), highlight=False)
     verdict = memory_verdict(p, headroom)
     style = "green" if p.fits else "red"
     word, _, tail = verdict.partition(":")
