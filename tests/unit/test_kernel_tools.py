@@ -116,3 +116,24 @@ def test_memory_peak_replays_the_allocator_to_the_last_steps_peak():
                                      (100, "torch/distributed/fsdp/_fully_shard/_fsdp_param.py:alloc:9"),
                                      (300, "topowise/models/transformer.py:forward:145")]
     assert memory_peak.frame_name([]) == "no Python frame"
+
+
+def test_launch_cost_counts_the_queue_at_each_call_and_the_calls_that_waited(tmp_path):
+    """Two launches in step 2's forward: the first finds the queue empty, the second one kernel still running;
+    a 'Command Buffer Full' marker inside the phase is time the host waited for room."""
+    launch_cost = pytest.importorskip("launch_cost")
+    events = [event("user_annotation", "topowise.step.1", 0, 100),
+              event("user_annotation", "topowise.step.2", 100, 1000),
+              event("user_annotation", "topowise.forward", 100, 500),
+              event("cuda_runtime", "cudaLaunchKernel", 110, 5, 1), event("kernel", "gemm", 120, 100, 1),
+              event("cuda_runtime", "cudaLaunchKernel", 150, 9, 2), event("kernel", "elementwise", 220, 10, 2),
+              event("cuda_runtime", "Command Buffer Full", 300, 40)]
+    path = tmp_path / "rank0.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    forward = launch_cost.read(path, skip=2)["phases"]["forward"]
+    assert forward["host_ms_per_step"] == pytest.approx(0.5)
+    assert forward["queue_full_ms_per_step"] == pytest.approx(0.04)
+    assert forward["launches_per_step"] == 2
+    assert forward["by_queue_depth"] == {"0-0": {"calls": 1, "median_us": 5.0, "mean_us": 5.0},
+                                         "1-8": {"calls": 1, "median_us": 9.0, "mean_us": 9.0}}
