@@ -40,6 +40,8 @@ class TimeBreakdown:
     host_wait_s: float = 0.0  # of the step, time the GPU waits for the host (0: GPU-bound)
     # the step with the host Profile.host_spread faster and slower (step.py); () where there is no host term
     step_range_s: tuple[float, float] | tuple = ()
+    # of compute_s, what the output layer's matmuls cost beyond an aligned vocabulary's (step.head_rate)
+    misaligned_head_s: float = 0.0
     # per phase (forward, backward, optimizer) where the engine's formula has phases; not in to_dict,
     # so predict --json stays as it was: bench train --trace reads it (topowise.expectations)
     phases: tuple[PhaseCost, ...] = ()

@@ -116,6 +116,21 @@ ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM = at_rate(DEVICE_COPY)  # per step, one 
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
 ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the forward's (see the docstring)
+# A bf16 GEMM whose rows are not a multiple of 16 bytes (8 elements) cannot use cuBLAS's aligned kernels and
+# runs a Turing-era `align1` CUTLASS kernel instead. The output layer's three GEMMs with a vocabulary that is
+# not a multiple of 8 (GPT-2's 50257; a config with one token added), timed alone at 8192 tokens on one H200
+# beside the same shapes padded to a multiple of 8: 0.121 of the datasheet rate at hidden 768 (vocabulary
+# 50257; 0.759 padded to 50304) and 0.129 at hidden 2048 (128257; 0.702 at 128256), mean 0.125
+# (benchmarks/head_gemm.py, docs/results/2026-12-03-h200x1/gpt2/run45); in GPT-2's traced step the three took
+# 15.5 ms, 0.124 (gpt2/kernels.txt). Every preset's other GEMM dimensions are multiples of 64.
+GEMM_ALIGN_ELEMENTS = 8
+MISALIGNED_GEMM_EFFICIENCY = 0.125
+
+
+def head_rate(model, rate: float, peak: float) -> float:
+    """The output layer's matmul rate: `rate`, or MISALIGNED_GEMM_EFFICIENCY x peak when the vocabulary is
+    not a multiple of GEMM_ALIGN_ELEMENTS (nanoGPT pads GPT-2's to 50304 for this reason)."""
+    return rate if model.vocab_size % GEMM_ALIGN_ELEMENTS == 0 else min(rate, peak * MISALIGNED_GEMM_EFFICIENCY)
 
 
 def recompute_flops_per_token(run: Run) -> float:
@@ -160,8 +175,9 @@ def recompute_attention_flops_per_token(run: Run) -> float:
 
 
 def head_seconds(model, tokens: int, rate: float, hbm: float) -> tuple[float, float]:
-    """(forward, backward) seconds of the output layer's matmuls and the fp32 loss over the vocabulary:
-    the forward's last work and the backward's first, before any block's gradient exists."""
+    """(forward, backward) seconds of the output layer's matmuls (at `rate`: head_rate's) and the fp32 loss
+    over the vocabulary: the forward's last work and the backward's first, before any block's gradient
+    exists."""
     matmul = 2.0 * model.vocab_size * model.hidden_size * tokens / rate
     logits = tokens * model.vocab_size
     return (matmul + LOSS_FORWARD_BYTES_PER_LOGIT * logits / hbm,
@@ -194,8 +210,12 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     attention, matmul = attention_flops_per_token(model, run.seq_len), 2.0 * flops_params(model)
     recompute_attention = recompute_attention_flops_per_token(run)
     recompute_matmul = recompute_flops_per_token(run) - recompute_attention
-    forward_s = (matmul / rate + FLASH_FORWARD_SHARE * attention / attention_rate) * tokens
-    backward_s = ((2 * matmul + recompute_matmul) / rate
+    # the output layer's matmuls at their own rate where the vocabulary is misaligned (head_rate)
+    output_rate = head_rate(model, rate, peak)
+    head_matmul = 2.0 * model.hidden_size * model.vocab_size
+    slower = head_matmul * (1 / output_rate - 1 / rate)
+    forward_s = (matmul / rate + slower + FLASH_FORWARD_SHARE * attention / attention_rate) * tokens
+    backward_s = ((2 * matmul + recompute_matmul) / rate + 2 * slower
                   + (FLASH_BACKWARD_SHARE * attention + recompute_attention) / attention_rate) * tokens
     compute_s = forward_s + backward_s
 
@@ -229,7 +249,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     overlap = profile.overlap.get(run.strategy, 0.0)
     # each phase's compute as a timeline beside its collectives (overlap.py): the output layer and the
     # loss at the forward's end and the backward's start, the blocks between
-    fwd_head, bwd_head = head_seconds(model, tokens, rate, hbm)
+    fwd_head, bwd_head = head_seconds(model, tokens, output_rate, hbm)
     fwd_total, bwd_total = forward_s + fwd_bytes / hbm, backward_s + (copy_bytes - fwd_bytes) / hbm
     if run.spec.autocast:  # DDP's family: nothing to send in the forward
         fwd_exposed = 0.0
@@ -269,7 +289,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         tokens_per_s=per_gpu * run.num_gpus, tokens_per_s_per_gpu=per_gpu,
         time=TimeBreakdown(compute_s, comm_s, exposed, collectives, memory_bound_s, optimizer_s, forward_s, backward_s,
                            host_s=sum(host.values()), host_wait_s=step - device_s, step_range_s=step_range,
-                           phases=phases),
+                           misaligned_head_s=3 * slower * tokens, phases=phases),
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topology.islands_spanned(run.gpus)),
