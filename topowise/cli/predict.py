@@ -7,6 +7,7 @@ import json
 
 from topowise.cli.flags import add_checkpointing_arguments, add_model_arguments
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
+from topowise.planner.explain import misaligned_vocab_note
 from topowise.units import GIB
 
 
@@ -212,11 +213,9 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
                   f"{spread:.0%} faster or slower: the profile's host_spread)[/]", highlight=False)
     out.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}",
               highlight=False)
-    if t.misaligned_head_s:
-        vocab = p.run.model.vocab_size
-        out.print(f"[yellow]the vocabulary ({vocab:,}) is not a multiple of 8: the output layer's matmuls run "
-                  f"cuBLAS's unaligned kernels, {_ms(t.misaligned_head_s)} ms of the step more than padded to "
-                  f"{-(-vocab // 64) * 64:,} (as nanoGPT pads GPT-2's)[/]", highlight=False)
+    vocab_note = misaligned_vocab_note(p)
+    if vocab_note:
+        out.print(f"[yellow]{vocab_note}[/]", highlight=False)
     if t.collectives:
         coll = _table("Collectives per step (group: GPUs in each; GB/s: bus bandwidth)")
         for col, just in (("op", "left"), ("phase", "left"), ("dtype", "left"), ("MB each", "right"),

@@ -232,6 +232,18 @@ def nccl_advice_for(p, topo, profile=None):
     return advise(p.prediction, topo, profile)
 
 
+def misaligned_vocab_note(prediction) -> str | None:
+    """What a vocabulary that is not a multiple of 8 costs the step (step.head_rate), and the padding that
+    saves it; None when it is aligned."""
+    extra = prediction.time.misaligned_head_s
+    if not extra:
+        return None
+    vocab = prediction.run.model.vocab_size
+    return (f"the vocabulary ({vocab:,}) is not a multiple of 8: the output layer's matmuls run cuBLAS's unaligned "
+            f"kernels, {extra * 1e3:.1f} ms of the step more than padded to {-(-vocab // 64) * 64:,} would take "
+            f"(as nanoGPT pads GPT-2's)")
+
+
 def notes(ranked: list, topo, infeasible: Iterable = (), profile=None) -> list[str]:
     """What the ranking shows about placement: fewer GPUs in one island against more across islands;
     the same GPU count inside one island against spread across islands; and what sharding bought;
@@ -240,6 +252,9 @@ def notes(ranked: list, topo, infeasible: Iterable = (), profile=None) -> list[s
     advice = nccl_advice_for(ranked[0], topo, profile) if ranked else None
     if advice is not None:
         out.append(advice.reason)
+    vocab = misaligned_vocab_note(ranked[0].prediction) if ranked else None
+    if vocab is not None:
+        out.append(vocab + ", on every candidate")
     spans = lambda p: p.prediction.islands_spanned
     counts = sorted({len(p.gpus) for p in ranked})
     # the largest count that fits in one island against the next count up, which must span islands
