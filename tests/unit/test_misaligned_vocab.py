@@ -75,3 +75,9 @@ def test_predict_says_what_padding_the_vocabulary_would_save(capsys):
     assert json.loads(out)["time"]["misaligned_head_s"] > 0.010
     code, out, _ = cli(["predict", "--model", "llama3.2-1b", *base[3:]], capsys)
     assert "not a multiple of 8" not in out
+
+
+def test_a_cpu_profile_prices_no_cublas_kernels():
+    cpu = replace(default_profile(), peak_flops=2e12)  # calibrate on a CPU sets its measured peak
+    p = predict(Run(load_model("gpt2"), (0,), "ddp", micro_batch=8, seq_len=1024), TOPO, cpu)
+    assert p.time.misaligned_head_s == 0

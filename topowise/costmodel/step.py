@@ -122,7 +122,8 @@ ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the for
 # beside the same shapes padded to a multiple of 8: 0.121 of the datasheet rate at hidden 768 (vocabulary
 # 50257; 0.759 padded to 50304) and 0.129 at hidden 2048 (128257; 0.702 at 128256), mean 0.125
 # (benchmarks/head_gemm.py, docs/results/2026-12-03-h200x1/gpt2/run45); in GPT-2's traced step the three took
-# 15.5 ms, 0.124 (gpt2/kernels.txt). Every preset's other GEMM dimensions are multiples of 64.
+# 15.5 ms, 0.124 (gpt2/kernels.txt). Every preset's other GEMM dimensions are multiples of 64. Taken as the
+# same share of the datasheet rate on other NVIDIA GPUs (not measured there); not applied to a CPU profile.
 GEMM_ALIGN_ELEMENTS = 8
 MISALIGNED_GEMM_EFFICIENCY = 0.125
 
@@ -211,7 +212,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     recompute_attention = recompute_attention_flops_per_token(run)
     recompute_matmul = recompute_flops_per_token(run) - recompute_attention
     # the output layer's matmuls at their own rate where the vocabulary is misaligned (head_rate)
-    output_rate = head_rate(model, rate, peak)
+    output_rate = rate if profile.peak_flops else head_rate(model, rate, peak)  # peak_flops: a CPU's
     head_matmul = 2.0 * model.hidden_size * model.vocab_size
     slower = head_matmul * (1 / output_rate - 1 / rate)
     forward_s = (matmul / rate + slower + FLASH_FORWARD_SHARE * attention / attention_rate) * tokens
