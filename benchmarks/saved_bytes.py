@@ -82,11 +82,17 @@ def measure(spec, batch: int, seq: int, autocast: bool, mode: str) -> dict:
         modelled = memory.selective_kept_bytes_per_token_per_layer(spec, autocast)
     else:
         modelled = memory.activation_bytes_per_token_per_layer(spec, autocast, compiled=mode == "compiled")
+    return table_row(spec, batch, seq, autocast, mode, full, part, measured, modelled)
+
+
+def table_row(spec, batch: int, seq: int, autocast: bool, mode: str, held: int, held_half: int,
+              measured: float, modelled: float, **extra) -> dict:
+    """One line of saved_bytes.jsonl: the bytes per token measured beside memory.py's, and the gap."""
     h, i = spec.hidden_size, spec.intermediate_size
     return {"model": spec.name, "batch": batch, "seq_len": seq, "precision": "autocast" if autocast else "bf16",
-            "mode": mode, "held_bytes": full, "held_bytes_half_batch": part, "measured_per_token": measured,
-            "modelled_per_token": modelled, "hidden_size": h, "intermediate_size": i,
-            "gap_in_h": (modelled - measured) / h, "gap_in_i": (modelled - measured) / i}
+            "mode": mode, **extra, "held_bytes": held, "held_bytes_half_batch": held_half,
+            "measured_per_token": measured, "modelled_per_token": modelled, "hidden_size": h,
+            "intermediate_size": i, "gap_in_h": (modelled - measured) / h, "gap_in_i": (modelled - measured) / i}
 
 
 def saved_per_block(model, tokens, autocast: bool, device: str) -> list[int]:
@@ -148,12 +154,8 @@ def measure_in_model(spec, batch: int, seq: int, autocast: bool, mode: str, ddp:
             torch.cuda.empty_cache()
     measured = (held[batch] - held[half]) / ((batch - half) * seq)
     modelled = memory.activation_bytes_per_token_per_layer(spec, autocast, compiled=mode == "compiled")
-    h, i = spec.hidden_size, spec.intermediate_size
-    return {"model": spec.name, "batch": batch, "seq_len": seq, "precision": "autocast" if autocast else "bf16",
-            "mode": mode, "setting": "model+ddp" if ddp else "model", "held_bytes": held[batch],
-            "held_bytes_half_batch": held[half], "measured_per_token": measured, "modelled_per_token": modelled,
-            "hidden_size": h, "intermediate_size": i, "gap_in_h": (modelled - measured) / h,
-            "gap_in_i": (modelled - measured) / i}
+    return table_row(spec, batch, seq, autocast, mode, held[batch], held[half], measured, modelled,
+                     setting="model+ddp" if ddp else "model")
 
 
 def main(argv=None) -> int:

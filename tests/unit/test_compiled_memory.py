@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from replay import memory_errors
 
 from topowise.calibrate.fit import observation_from, predictor
 from topowise.costmodel import memory
@@ -109,14 +110,7 @@ def test_every_compiled_record_of_todays_block_as_the_readme_says():
     # README: "the 25 compiled records of 2026-12-02/03 above 128 tokens lie within -0.8..-0.1%" (the bench
     # block changed on 2026-12-02; the compiled records of 2026-12-01 are of the block before). At 1 x 128
     # (run41) the compiled runs are over by what their eager twins are over (+0.1..+2.5%).
-    predict_one = predictor(load_topology("h200-x2"))
-    results = Path(__file__).parents[2] / "docs/results"
-    errors = []
-    for path in sorted(results.glob("2026-12-0[23]-h200x1/**/train*.jsonl")):
-        for r in read_records(str(path), kind="train"):
-            if (r.get("compile") and r.get("status", "ok") == "ok" and steady_peak_bytes(r)
-                    and r["micro_batch"] * r["seq_len"] > 128):
-                p = predict_one(default_profile(), observation_from(r))
-                errors.append(p.memory.allocated_bytes / steady_peak_bytes(r) - 1)
+    errors = memory_errors("2026-12-0[23]-h200x1/**/train*.jsonl",
+                           lambda r: r.get("compile") and r["micro_batch"] * r["seq_len"] > 128)
     assert len(errors) == 25
     assert round(100 * min(errors), 1) >= -0.8 and round(100 * max(errors), 1) <= -0.1, errors
