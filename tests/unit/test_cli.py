@@ -4,6 +4,7 @@ test_topo_cli.py, study: test_study.py)."""
 import json
 
 import pytest
+from cli_run import run_cli
 
 from topowise.cli.main import main
 
@@ -55,3 +56,13 @@ def test_predict_bad_input_exits_2(extra, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("topowise: error:") and "Traceback" not in err
+
+
+def test_a_mixture_of_experts_config_is_one_line_and_exit_2(tmp_path, capsys):
+    config = {"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+              "num_local_experts": 8, "num_experts_per_tok": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, err = run_cli(["predict", "--model", str(tmp_path), "--topology", "hgx-h100-8", "--num-gpus", "8",
+                         "--strategy", "zero3"], capsys)
+    assert code == 2 and len(err) == 1 and "num_local_experts 8: a mixture-of-experts model" in err[0]

@@ -74,3 +74,47 @@ def test_a_preset_has_no_source_and_its_dict_is_unchanged():
     assert spec.source == "" and spec.reference == "llama3.2-1b"
     assert "source" not in spec.to_dict()
     assert ModelSpec.from_dict(spec.to_dict()) == spec  # and a dict without `source` (older ones) loads
+
+
+# --- heads wider or narrower than hidden_size / heads; Qwen3's q/k norms; mixture-of-experts refused ---------
+def test_qwen3_config_counts_as_published():
+    """Qwen3-0.6B (head_dim 128 from a hidden size of 1024 over 16 heads; q and k norms): transformers'
+    Qwen3ForCausalLM holds 596,049,920 parameters for this config (benchmarks/configs/qwen3-0.6b.json)."""
+    spec = load_model("benchmarks/configs/qwen3-0.6b.json")
+    assert (spec.head_dim, spec.attention_head_dim, spec.qk_norm) == (128, 128, True)
+    assert spec.params == 596_049_920
+    assert ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_head_dim_other_than_hidden_over_heads():
+    """Mistral NeMo 12B: 32 heads of 128 from a hidden size of 5120 (transformers' MistralForCausalLM:
+    12,247,782,400 parameters). Without head_dim the heads would be 160 wide and the count 12.77B."""
+    nemo = {"model_type": "mistral", "vocab_size": 131072, "hidden_size": 5120, "num_hidden_layers": 40,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "head_dim": 128}
+    spec = spec_from_hf_config(nemo)
+    assert spec.head_dim == 128 and not spec.qk_norm and spec.params == 12_247_782_400
+    assert spec_from_hf_config({k: v for k, v in nemo.items() if k != "head_dim"}).params == 12_772_070_400
+    # a head_dim that hidden_size / heads gives anyway is no change: the same spec, the same record
+    plain = dict(TINY_LLAMA, head_dim=64)
+    assert spec_from_hf_config(plain) == spec_from_hf_config(TINY_LLAMA)
+    assert "attention_head_dim" not in spec_from_hf_config(plain).to_dict()
+    # hidden_size need not divide by the heads when head_dim says how wide they are
+    assert spec_from_hf_config(dict(TINY_LLAMA, hidden_size=1000, head_dim=64)).head_dim == 64
+    with pytest.raises(UsageError, match="hidden_size 1000 is not a multiple of num_attention_heads 16"):
+        spec_from_hf_config(dict(TINY_LLAMA, hidden_size=1000))
+
+
+@pytest.mark.parametrize("field", ["num_local_experts", "num_experts", "n_routed_experts"])
+def test_mixture_of_experts_is_refused(field):
+    with pytest.raises(UsageError, match=f"{field} 8: a mixture-of-experts model"):
+        spec_from_hf_config(dict(TINY_LLAMA, **{field: 8, "num_experts_per_tok": 2}))
+    assert spec_from_hf_config(dict(TINY_LLAMA, **{field: None})) == spec_from_hf_config(TINY_LLAMA)
+
+
+def test_an_unknown_model_type_is_read_as_llama_and_said_once(capsys):
+    first = spec_from_hf_config(dict(TINY_LLAMA, model_type="olmo2-test"))
+    spec_from_hf_config(dict(TINY_LLAMA, model_type="olmo2-test"))
+    assert first.family == "llama"
+    assert capsys.readouterr().err.count("model_type 'olmo2-test' is read as a Llama-style block") == 1
+    spec_from_hf_config(dict(TINY_LLAMA, model_type="qwen3"))
+    assert capsys.readouterr().err == ""

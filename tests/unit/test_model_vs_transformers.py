@@ -1,5 +1,6 @@
 """The bench's transformer is Llama exactly: one config.json, the same weights, the same logits as
-transformers' LlamaForCausalLM (GQA and tied-embedding configs; tiny dimensions so the test is fast).
+transformers' LlamaForCausalLM (GQA and tied-embedding configs, and heads given a head_dim other than
+hidden_size / heads) and Qwen3ForCausalLM (its per-head q and k norms); tiny dimensions so the test is fast.
 
 Tolerances: fp32, max |difference| of the logits <= 1e-5 x their largest magnitude: the same products,
 but q.k adds each head's products in another order (our rotary layout is a permutation of theirs)
@@ -27,7 +28,12 @@ BASE = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_siz
 CONFIGS = {
     "gqa": dict(BASE, num_key_value_heads=2, tie_word_embeddings=False),
     "tied": dict(BASE, num_key_value_heads=4, tie_word_embeddings=True, rope_theta=500000.0),
+    # q 4 x 24 = 96 wide, from a hidden size of 64 (as Qwen3-0.6B's 16 x 128 from 1024)
+    "head_dim": dict(BASE, num_key_value_heads=2, tie_word_embeddings=False, head_dim=24),
+    "qwen3": dict(BASE, model_type="qwen3", architectures=["Qwen3ForCausalLM"], num_key_value_heads=2,
+                  tie_word_embeddings=True, head_dim=32, use_sliding_window=False),
 }
+HF_CLASSES = {"qwen3": ("Qwen3ForCausalLM", "Qwen3Config")}
 
 
 def interleave_pairs(weight, head_dim: int):
@@ -53,6 +59,10 @@ def ours_from_hf(hf, spec, config: dict) -> Transformer:
         mine[layer + "attn.qkv.weight"] = torch.cat([interleave_pairs(q, spec.head_dim),
                                                      interleave_pairs(k, spec.head_dim), v])
         mine[layer + "attn.out.weight"] = sd[hf_layer + "self_attn.o_proj.weight"]
+        if spec.qk_norm:  # a per-channel weight: permuted as the q and k rows are
+            for norm in ("q_norm", "k_norm"):
+                mine[layer + f"attn.{norm}.weight"] = sd[hf_layer + f"self_attn.{norm}.weight"][
+                    hf_rotary_permutation(spec.head_dim)]
         mine[layer + "mlp.gate.weight"] = sd[hf_layer + "mlp.gate_proj.weight"]
         mine[layer + "mlp.up.weight"] = sd[hf_layer + "mlp.up_proj.weight"]
         mine[layer + "mlp.down.weight"] = sd[hf_layer + "mlp.down_proj.weight"]
@@ -68,7 +78,8 @@ def test_logits_equal_transformers_llama(name, tmp_path):
     path.write_text(json.dumps(config))
     spec = load_model(str(path))
     torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig.from_pretrained(path.parent)).eval()
+    model_class, config_class = HF_CLASSES.get(name, ("LlamaForCausalLM", "LlamaConfig"))
+    hf = getattr(transformers, model_class)(getattr(transformers, config_class).from_pretrained(path.parent)).eval()
     with torch.no_grad():  # larger than the default init, so that every part moves the logits
         for p in hf.parameters():
             p.normal_(0.0, 0.2) if p.ndim > 1 else p.uniform_(0.5, 1.5)

@@ -175,10 +175,12 @@ def block_backward(model: ModelSpec, seq_len: int, attention_scale: float = 1.0)
     if model.family == "gpt2":  # c_proj, c_fc, ln_2, attn.c_proj, c_attn, ln_1 (weights and biases)
         sizes = [i * h, h, h * i, i, h, h, h * h, h, h * 3 * h, 3 * h, h, h]
         qkv = 8
-    else:  # down, up, gate, post-attention norm, out, the fused qkv (its bias), input norm (the bench
-        # transformer's tensors, reverse of forward order)
-        sizes = [h * i, i * h, h * i, h, h * q, (q + 2 * kv) * h] + ([q + 2 * kv] if model.qkv_bias else []) + [h]
-        qkv = 5
+    else:  # down, up, gate, post-attention norm, out, Qwen3's k and q norms, the fused qkv (its bias), input
+        # norm (the bench transformer's tensors, reverse of forward order)
+        qk_norms = [model.head_dim] * 2 if model.qk_norm else []
+        sizes = ([h * i, i * h, h * i, h, h * q] + qk_norms + [(q + 2 * kv) * h]
+                 + ([q + 2 * kv] if model.qkv_bias else []) + [h])
+        qkv = 5 + len(qk_norms)
     return [(n, 4.0 * n + (attention if k == qkv else 0.0)) for k, n in enumerate(sizes)]
 
 

@@ -130,7 +130,8 @@ def persistent_params(model, threshold: int = DEFAULT_PERSISTENCE) -> int:
     """zero3 keeps tensors of at most `threshold` elements whole on every rank: the norm weights (and
     q/k/v biases of a Qwen2 block, which live in the qkv Linear here, so gathered with it)."""
     h = model.hidden_size
-    norms = model.num_layers * (4 if model.family == "gpt2" else 2) * h + model.final_norm_params
+    qk_norms = 2 * model.head_dim if model.qk_norm else 0
+    norms = model.num_layers * ((4 if model.family == "gpt2" else 2) * h + qk_norms) + model.final_norm_params
     return norms if h <= threshold else 0
 
 

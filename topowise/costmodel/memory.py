@@ -73,6 +73,10 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
                           itself, so each keeps its own copy: 4h)
       SwiGLU              gate and up outputs (2I each: silu keeps gate's, the mul keeps up's),
                           silu output (2I), product (2I, down's input)
+      q and k norms       Qwen3 (qk_norm): rms_norm over each head of q and k before rotary saves its input
+                          and rstd (4 per head): in bf16 the input is a view of the qkv output, which it
+                          keeps whole (2 (q + 2 kv)); under autocast rms_norm runs in fp32, on its own fp32
+                          copy of q and k (4 (q + kv))
     GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
     q, k, v (views of the c_attn output, 6h), out (2h), logsumexp, GELU input (2I), c_proj input (2I).
 
@@ -90,7 +94,16 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
     linear_inputs = 2 * (2 * h) + (2 * h if autocast else 0)
     attention = 2 * q + k_and_v + 2 * q + lse
     mlp = 4 * i + 2 * i + 2 * i
-    return norms + linear_inputs + attention + mlp - less
+    return norms + linear_inputs + attention + mlp + qk_norm_bytes_per_token(model, autocast) - less
+
+
+def qk_norm_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
+    """What a Qwen3 block's q and k norms save per token (activation_bytes_per_token_per_layer)."""
+    if not model.qk_norm:
+        return 0.0
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    rstd = 4 * (model.num_heads + model.num_kv_heads)
+    return (4 * (q + kv) if autocast else 2 * (q + 2 * kv)) + rstd
 
 
 # DDP's gradient buckets as bench train sets them (torch's defaults: 25 MiB, and 1 MiB for the first one,
@@ -111,7 +124,8 @@ def block_ops(model: ModelSpec) -> list[tuple[str, int]]:
                 ("add", 0), ("mlp_norm", 8 * h), ("up", 4 * (i * h + i)), ("activation", 0),
                 ("down", 4 * (h * i + h)), ("add", 0)]
     bias = 4 * (q + 2 * kv) if model.qkv_bias else 0
-    return [("attn_norm", 4 * h), ("qkv", 4 * (q + 2 * kv) * h + bias), ("attention", 0), ("out", 4 * q * h),
+    qk_norms = 4 * 2 * model.head_dim if model.qk_norm else 0
+    return [("attn_norm", 4 * h), ("qkv", 4 * (q + 2 * kv) * h + bias), ("attention", qk_norms), ("out", 4 * q * h),
             ("add", 0), ("mlp_norm", 4 * h), ("gate", 4 * i * h), ("activation", 0), ("up", 4 * i * h),
             ("mul", 0), ("down", 4 * h * i), ("add", 0)]
 

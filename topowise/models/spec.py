@@ -1,13 +1,17 @@
 """ModelSpec: the shape of a decoder-only transformer, from a preset or a Hugging Face config.json.
 
-The parameter count is exact for the families named here (Llama, Qwen2, Mistral: RMSNorm, SwiGLU,
-grouped-query attention, rotary positions; GPT-2: LayerNorm, GELU MLP, learned positions, biases),
-and equals the count of the transformer that `bench train` builds from the same spec.
+The parameter count is exact for the families named here (Llama, Qwen2, Qwen3, Mistral: RMSNorm, SwiGLU,
+grouped-query attention, rotary positions; Qwen3 adds an RMSNorm over each query and key head; GPT-2:
+LayerNorm, GELU MLP, learned positions, biases), and equals the count of the transformer that `bench train`
+builds from the same spec. A config whose heads are not hidden_size / num_attention_heads wide says so in
+its `head_dim` (Qwen3, Mistral NeMo, Gemma): q is then num_attention_heads x head_dim wide, not hidden_size.
+Mixture-of-experts configs are refused: their parameters and FLOPs per token are not a dense block's.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -17,7 +21,7 @@ from topowise.errors import UsageError
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    family: str  # "llama" (also Qwen2, Mistral) or "gpt2"
+    family: str  # "llama" (also Qwen2, Qwen3, Mistral) or "gpt2"
     vocab_size: int
     hidden_size: int
     num_layers: int
@@ -30,6 +34,9 @@ class ModelSpec:
     # tokens per sequence the model was published for (max_position_embeddings, GPT-2's n_positions);
     # 0: not stated. Learned positions stop there; rotary ones can be stretched (run.check_seq_len).
     context_length: int = 0
+    # config.json's head_dim where it is not hidden_size / num_heads (Qwen3, Mistral NeMo); 0: it is
+    attention_head_dim: int = 0
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each query and key head (head_dim weights each) before rotary
     # where the shape came from: "" for a preset (its name says it), else the config.json's resolved
     # path. Provenance, not shape: two specs of one shape compare equal wherever they were read from.
     source: str = field(default="", compare=False)
@@ -41,7 +48,7 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.attention_head_dim or self.hidden_size // self.num_heads
 
     # --- exact parameter counts ----------------------------------------------------------------
     @property
@@ -57,7 +64,8 @@ class ModelSpec:
             return attn + mlp + 4 * h  # two LayerNorms, weight and bias
         attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
         mlp = 3 * h * self.intermediate_size  # gate, up, down
-        return attn + mlp + 2 * h  # two RMSNorm weights
+        qk_norms = 2 * self.head_dim if self.qk_norm else 0
+        return attn + mlp + 2 * h + qk_norms  # two RMSNorm weights
 
     @property
     def final_norm_params(self) -> int:
@@ -73,10 +81,12 @@ class ModelSpec:
                 + self.lm_head_params)
 
     def to_dict(self) -> dict:
-        """The shape, with `params`; `source` only where there is one (a preset's dict is as it was)."""
+        """The shape, with `params`; `source`, `attention_head_dim` and `qk_norm` only where the model has
+        them (a preset's dict, and a record's of a model without them, is as it was)."""
         data = dict(asdict(self), params=self.params)
-        if not self.source:
-            del data["source"]
+        for key in ("source", "attention_head_dim", "qk_norm"):
+            if not data[key]:
+                del data[key]
         return data
 
     @classmethod
@@ -142,14 +152,28 @@ def config_name(path: Path) -> str:
     return f"{folder}/{resolved.stem}" if folder else resolved.stem
 
 
+# model_type values read as what they are; any other is read as a Llama-style block, with a warning
+UNDERSTOOD_TYPES = ("", "llama", "mistral", "qwen2", "qwen3", "gpt2")
+# a field that makes a mixture-of-experts model (Mixtral; Qwen2/3-MoE and OLMoE; DeepSeek)
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
+_warned_types: set[str] = set()
+
+
 def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = None) -> ModelSpec:
-    """Llama, Qwen2 and Mistral field names (num_hidden_layers, ...) or GPT-2's (n_embd, n_layer, ...).
+    """Llama, Qwen2, Qwen3 and Mistral field names (num_hidden_layers, ...) or GPT-2's (n_embd, n_layer, ...).
 
     Every size must be a positive integer and the heads must divide: a negative hidden_size would
     otherwise predict negative parameters and MFU. Each refusal names the config's own field, and
-    `where` (the file) or the model's name."""
+    `where` (the file) or the model's name. A mixture-of-experts config is refused (its parameters are
+    not all used by every token, which every term here assumes); a model_type outside UNDERSTOOD_TYPES
+    is read as a Llama-style block and says so on stderr."""
     where = where or f"config for {name!r}"
     model_type = str(config.get("model_type", "")).lower()
+    for key in EXPERT_FIELDS:
+        experts = config.get(key)
+        if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1:
+            raise UsageError(f"{where}: {key} {experts}: a mixture-of-experts model; topowise models dense "
+                             "transformers, whose every parameter works on every token")
     try:
         if model_type == "gpt2" or "n_embd" in config:
             hidden, heads = _size(where, config, "n_embd"), _size(where, config, "n_head")
@@ -162,17 +186,25 @@ def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = 
         kv = _size(where, config, "num_key_value_heads") if config.get("num_key_value_heads") is not None else heads
         context = (_size(where, config, "max_position_embeddings")
                    if config.get("max_position_embeddings") is not None else 0)
-        _check_heads(where, ("hidden_size", hidden), ("num_attention_heads", heads), ("num_key_value_heads", kv))
+        head_dim = _size(where, config, "head_dim") if config.get("head_dim") is not None else 0
+        if head_dim * heads == hidden:
+            head_dim = 0  # what hidden_size / num_attention_heads gives: nothing to record
+        _check_heads(where, ("hidden_size", hidden) if not head_dim else None, ("num_attention_heads", heads),
+                     ("num_key_value_heads", kv))
+        if model_type not in UNDERSTOOD_TYPES and model_type not in _warned_types:
+            _warned_types.add(model_type)
+            sys.stderr.write(f"topowise: warning: {where}: model_type {model_type!r} is read as a Llama-style "
+                             "block (RMSNorm, SwiGLU, rotary); whatever it does otherwise is not modelled\n")
         return ModelSpec(
             name, "llama", _size(where, config, "vocab_size"), hidden, _size(where, config, "num_hidden_layers"),
             heads, kv, _size(where, config, "intermediate_size"),
             bool(config.get("tie_word_embeddings", False)),
             bool(config.get("attention_bias", model_type == "qwen2")),
-            context_length=context,
+            context_length=context, attention_head_dim=head_dim, qk_norm=model_type == "qwen3",
         )
     except KeyError as exc:
         raise UsageError(f"{where} lacks a field topowise needs ({exc}); "
-                         "Llama, Qwen2, Mistral and GPT-2 configs are understood") from None
+                         "Llama, Qwen2, Qwen3, Mistral and GPT-2 configs are understood") from None
 
 
 def _size(where: str, config: dict, key: str) -> int:
@@ -185,9 +217,12 @@ def _size(where: str, config: dict, key: str) -> int:
     return value
 
 
-def _check_heads(where: str, hidden: tuple[str, int], heads: tuple[str, int], kv: tuple[str, int] | None) -> None:
-    """Each head gets hidden / heads channels; each key/value head serves heads / kv query heads."""
-    for (big, a), (small, b) in ((hidden, heads), *(((heads, kv),) if kv else ())):
+def _check_heads(where: str, hidden: tuple[str, int] | None, heads: tuple[str, int], kv: tuple[str, int] | None
+                 ) -> None:
+    """Each head gets hidden / heads channels (unless the config gives head_dim: `hidden` None); each key/value
+    head serves heads / kv query heads."""
+    pairs = ((hidden, heads),) if hidden else ()
+    for (big, a), (small, b) in (*pairs, *(((heads, kv),) if kv else ())):
         if a % b:
             raise UsageError(f"{where}: {big} {a} is not a multiple of {small} {b}")
 

@@ -102,19 +102,24 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, rotary: bool):
+    def __init__(self, spec: ModelSpec, rotary: bool, norm_eps: float = NORM_EPS):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
         bias = spec.qkv_bias
         self.qkv = nn.Linear(spec.hidden_size, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
         self.out = nn.Linear(self.heads * self.head_dim, spec.hidden_size, bias=spec.family == "gpt2")
         self.rotary = rotary
+        # Qwen3: each query and key head RMS-normalised (its own head_dim weights) before rotary
+        self.q_norm = RMSNorm(self.head_dim, norm_eps) if spec.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, norm_eps) if spec.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """cos and sin: the fp32 (seq, head_dim / 2) rotary tables (rotary_tables)."""
         b, s, _ = x.shape
         heads, kv = self.heads, self.kv_heads
         q, k, v = self.qkv(x).view(b, s, heads + 2 * kv, self.head_dim).split([heads, kv, kv], dim=2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             # q and k rotated into their own (batch, seq, heads, head_dim) tensors, the layout SDPA's
             # kernels take as it is; v copied too, so that no view keeps the qkv output alive for backward
@@ -174,7 +179,7 @@ class Block(nn.Module):
         llama = spec.family != "gpt2"
         norm = (lambda: RMSNorm(spec.hidden_size, norm_eps)) if llama else (lambda: nn.LayerNorm(spec.hidden_size))
         self.attn_norm, self.mlp_norm = norm(), norm()
-        self.attn = Attention(spec, rotary=llama)
+        self.attn = Attention(spec, rotary=llama, norm_eps=norm_eps)
         self.mlp = SwiGLU(spec) if llama else GeluMlp(spec)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -191,9 +196,10 @@ class Transformer(nn.Module):
         super().__init__()
         if spec.family not in ("llama", "gpt2"):
             raise UsageError(f"model family {spec.family!r} is not built by bench train; llama and gpt2 are")
-        if spec.hidden_size % spec.num_heads or spec.num_heads % spec.num_kv_heads:
+        if (spec.hidden_size % spec.num_heads and not spec.attention_head_dim) or spec.num_heads % spec.num_kv_heads:
             raise UsageError(f"{spec.name}: hidden_size {spec.hidden_size} must divide into {spec.num_heads} heads "
-                             f"and {spec.num_heads} heads into {spec.num_kv_heads} key/value heads")
+                             f"(or the config give head_dim) and {spec.num_heads} heads into {spec.num_kv_heads} "
+                             "key/value heads")
         if spec.max_positions and max_seq_len > spec.max_positions:
             raise UsageError(f"{spec.name} has {spec.max_positions} learned positions: use --seq-len "
                              f"{spec.max_positions} or less, not {max_seq_len}")
