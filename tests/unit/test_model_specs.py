@@ -118,3 +118,8 @@ def test_an_unknown_model_type_is_read_as_llama_and_said_once(capsys):
     assert capsys.readouterr().err.count("model_type 'olmo2-test' is read as a Llama-style block") == 1
     spec_from_hf_config(dict(TINY_LLAMA, model_type="qwen3"))
     assert capsys.readouterr().err == ""
+
+
+def test_a_multimodal_config_says_where_its_text_model_is():
+    with pytest.raises(UsageError, match="a multimodal config .* text_config"):
+        spec_from_hf_config({"model_type": "mllama", "text_config": TINY_LLAMA, "vision_config": {}})

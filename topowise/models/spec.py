@@ -169,6 +169,9 @@ def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = 
     is read as a Llama-style block and says so on stderr."""
     where = where or f"config for {name!r}"
     model_type = str(config.get("model_type", "")).lower()
+    if "text_config" in config and "hidden_size" not in config:
+        raise UsageError(f"{where}: a multimodal config (its text model is in text_config); topowise models the "
+                         "text decoder alone: save text_config as a config.json of its own and give that")
     for key in EXPERT_FIELDS:
         experts = config.get(key)
         if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1:
