@@ -137,3 +137,20 @@ def test_launch_cost_counts_the_queue_at_each_call_and_the_calls_that_waited(tmp
     assert forward["launches_per_step"] == 2
     assert forward["by_queue_depth"] == {"0-0": {"calls": 1, "median_us": 5.0, "mean_us": 5.0},
                                          "1-8": {"calls": 1, "median_us": 9.0, "mean_us": 9.0}}
+
+
+def test_gemm_tiles_form_and_its_fit():
+    """benchmarks/gemm_tiles.py: a 3.4-wave GEMM idles the rest of its last wave; the grid search finds the
+    constants that made a set of rates."""
+    import gemm_tiles
+
+    # 8192 x 896 out of 896: 64 x 7 = 448 tiles, 3.39 waves of 132 -> 4; K 896 against K0 184
+    o = {"rows": 8192, "cols": 896, "k": 896}
+    assert gemm_tiles.tiles(o) == 448
+    fill = 8192 * 896 / 128**2 / (132 * 4)
+    assert gemm_tiles.tile_form(o, 0.865, 184) == pytest.approx(0.865 * fill * 896 / (896 + 184))
+    shapes = [(8192, n, k) for n in (896, 1152, 2048, 4864, 8192) for k in (896, 2048, 8192)]
+    rows = [{"rows": m, "cols": n, "k": k} for m, n, k in shapes]
+    for r in rows:
+        r["rate"] = gemm_tiles.tile_form(r, 0.84, 160)
+    assert gemm_tiles.fit(rows) == (0.84, 160)
