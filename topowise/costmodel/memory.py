@@ -75,8 +75,10 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
                           silu output (2I), product (2I, down's input)
       q and k norms       Qwen3 (qk_norm): rms_norm over each head of q and k before rotary saves its input
                           and rstd (4 per head): in bf16 the input is a view of the qkv output, which it
-                          keeps whole (2 (q + 2 kv)); under autocast rms_norm runs in fp32, on its own fp32
-                          copy of q and k (4 (q + kv))
+                          keeps whole (2 (q + 2 kv)); under autocast rms_norm runs in fp32 on its own fp32
+                          copy of q and k, and the block keeps 8 (q + kv) (measured; the emulation of
+                          tests/unit/test_costmodel_memory.py finds half of it); compiled, 2 (q + 2 kv)
+                          in either precision
     GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
     q, k, v (views of the c_attn output, 6h), out (2h), logsumexp, GELU input (2I), c_proj input (2I).
 
@@ -94,16 +96,19 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
     linear_inputs = 2 * (2 * h) + (2 * h if autocast else 0)
     attention = 2 * q + k_and_v + 2 * q + lse
     mlp = 4 * i + 2 * i + 2 * i
-    return norms + linear_inputs + attention + mlp + qk_norm_bytes_per_token(model, autocast) - less
+    return norms + linear_inputs + attention + mlp + qk_norm_bytes_per_token(model, autocast and not compiled) - less
 
 
 def qk_norm_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
-    """What a Qwen3 block's q and k norms save per token (activation_bytes_per_token_per_layer)."""
+    """What a Qwen3 block's q and k norms save per token (activation_bytes_per_token_per_layer); compiled, the
+    block keeps the bf16 form under autocast too (measured, run46), so the caller passes autocast False."""
     if not model.qk_norm:
         return 0.0
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     rstd = 4 * (model.num_heads + model.num_kv_heads)
-    return (4 * (q + kv) if autocast else 2 * (q + 2 * kv)) + rstd
+    # under autocast measured 8 (q + kv) (one H200, docs/results/2026-12-03-h200x1/head-dim/run46): twice the fp32
+    # copy the norms take; which op keeps the second is not read yet
+    return (8 * (q + kv) if autocast else 2 * (q + 2 * kv)) + rstd
 
 
 # DDP's gradient buckets as bench train sets them (torch's defaults: 25 MiB, and 1 MiB for the first one,
