@@ -25,19 +25,13 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from topowise.models.spec import load_model  # noqa: E402
+from elementwise_check import model_of  # noqa: E402  (a preset, or configs/NAME from benchmarks/configs)
 
 SMS = 132  # H100 / H200 SXM
 TILE = 128
 FIT_MODELS = ("llama3.2-1b", "llama3.2-3b", "configs/llama-0.95b")  # the three wide ones; checked on the rest
-
-
-def spec_of(name: str):
-    if name.startswith("configs/"):  # kernel_rates.py names benchmarks/configs/X.json so
-        return load_model(f"benchmarks/{name}.json")
-    return load_model(name)
 
 
 def observations(path: str) -> list[dict]:
@@ -45,7 +39,7 @@ def observations(path: str) -> list[dict]:
     rows = []
     for line in Path(path).read_text().splitlines():
         r = json.loads(line)
-        spec = spec_of(r["model"])
+        spec = model_of(r["model"])
         h, i, m = spec.hidden_size, spec.intermediate_size, r["tokens"]
         q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
         linear = {"qkv": (q + 2 * kv, h), "out": (h, q), "gate": (i, h), "up": (i, h), "down": (h, i)}
