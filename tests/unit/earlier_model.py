@@ -21,7 +21,8 @@ from dataclasses import replace
 # run 10's fit, in its form: one rate for all FLOPs, attention's included (no attention term); fitted again
 # since FSDP2's cast and copies were modelled (benchmarks/overlap_refit.py --rates, refit5; 0.6027 and
 # 11.17 before)
-EARLIER_RATES = {"compute_efficiency": 0.7610, "activation_traffic": 16.86, "attention_efficiency": {}}
+EARLIER_RATES = {"compute_efficiency": 0.7610, "activation_traffic": 16.86, "attention_efficiency": {},
+                 "elementwise_form": "saved-bytes"}
 
 
 def predict_fused_gate_up_model(monkeypatch) -> None:

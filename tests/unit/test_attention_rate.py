@@ -101,7 +101,7 @@ def test_long_sequences_need_the_attention_term():
     assert len(obs) == 5
     predict_one = predictor(H200X2)
     one_rate = replace(default_profile(), compute_efficiency=0.6612, activation_traffic=10.03,
-                       attention_efficiency={})
+                       elementwise_form="saved-bytes", attention_efficiency={})
     for o in obs:
         assert predict_one(default_profile(), o).step_time_s == pytest.approx(o.step_time_s, rel=0.05), o.case.label
     longest = max(obs, key=lambda o: o.seq_len)

@@ -70,9 +70,9 @@ from topowise.costmodel.prediction import PhaseCost, Prediction
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.step import (
     ADAMW_FUSED_BYTES_PER_PARAM,
-    ELEMENTWISE_FORWARD_SHARE,
     LOSS_BYTES_PER_LOGIT,
     LOSS_FORWARD_BYTES_PER_LOGIT,
+    block_elementwise,
     checkpointing_host_s,
     exposed_time,
     predict_pytorch,
@@ -255,10 +255,10 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     tokens = run.tokens
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     # the blocks' elementwise work is the model's own (bf16 throughout under DeepSpeed)
-    act = profile.activation_traffic * activation_bytes_per_token_per_layer(model) * tokens * model.num_layers
-    fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size + act * ELEMENTWISE_FORWARD_SHARE
-    bwd_bytes = (LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + act - fwd_bytes
-                 + act * ELEMENTWISE_FORWARD_SHARE * rerun_share(run) + GRAD_TO_BUCKET_BYTES * model.params)
+    act_fwd, act_bwd = block_elementwise(run, profile, autocast=False)
+    fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size + act_fwd
+    bwd_bytes = (LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + act_fwd + act_bwd - fwd_bytes
+                 + act_fwd * rerun_share(run) + GRAD_TO_BUCKET_BYTES * model.params)
     step_bytes = deepspeed_copy_bytes(model, strategy, n) - GRAD_TO_BUCKET_BYTES * model.params  # at the step
     memory_bound_s = (fwd_bytes + bwd_bytes + step_bytes) / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm

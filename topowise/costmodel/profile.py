@@ -27,6 +27,7 @@ from topowise.errors import UsageError
 from topowise.units import GIB, MIB, busbw_factor
 
 FORMAT = "topowise.profile"
+ELEMENTWISE_FORMS = ("kernels", "saved-bytes")  # Profile.elementwise_form
 VERSION = 1
 
 LINK_CLASSES = ("NV", "PCIe")
@@ -149,7 +150,7 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # rms error 0.5%. (The earlier transformer: 6.09, from 186.4 -> 167.4, 183.4 -> 165.2, 185.3 -> 168.7 ms.)
 COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
                           "against the eager rates of the designed fit (H200_MODEL_FIT)")
-COMPILED_ACTIVATION_TRAFFIC = 7.5592
+COMPILED_ACTIVATION_TRAFFIC = 1.6807
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
 # ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
@@ -216,6 +217,8 @@ _SOURCES = {
     "hbm_efficiency": (f"{H200_RUN}: the fused AdamW step (3352 GB/s) and the fp32 cross-entropy (3702 GB/s) "
                        "timed alone, mean 3527 of the datasheet 4800 GB/s"),
     "activation_traffic": H200_MODEL_FIT,
+    "elementwise_form": ("kernels: the blocks' elementwise work counted kernel by kernel (costmodel/elementwise.py; "
+                         "docs/calibration.md, \"The elementwise kernels, counted\")"),
     "overlap.ddp": H200_OVERLAP_FIT,
     "overlap.zero1": f"{H200_OVERLAP_FIT} (at its bound)",
     "overlap.zero2": H200_OVERLAP_FIT,
@@ -279,7 +282,7 @@ _SOURCES = {
 class Profile:
     """Tunable parameters; `sources[name]` says where each value came from."""
 
-    compute_efficiency: float = 0.8167  # achieved / datasheet bf16 peak: the matmuls (all FLOPs if no attention term)
+    compute_efficiency: float = 0.7246  # achieved / datasheet bf16 peak: the matmuls (all FLOPs if no attention term)
     # the causal attention's achieved fraction of the peak by head dim ("64" -> e), at sequence T times
     # T / (T + attention_seq_offset); empty: attention runs at compute_efficiency like the matmuls (the
     # form of profiles fitted before the attention term)
@@ -295,10 +298,13 @@ class Profile:
     memory_headroom: float = 0.05  # fraction of GPU memory left free for `fits`
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
-    # HBM-equivalent bytes of the elementwise work inside the blocks per byte they save for backward
-    activation_traffic: float = 9.558
-    # the same with every block compiled (torch.compile): Inductor fuses the elementwise work
+    # bytes at the memory-bound rate per byte the blocks' elementwise kernels move (costmodel/elementwise.py)
+    activation_traffic: float = 1.105
+    # the same with every block compiled (torch.compile): Inductor's fused kernels
     compiled_activation_traffic: float = COMPILED_ACTIVATION_TRAFFIC
+    # what the two traffics multiply: "kernels", the bytes the elementwise kernels move; "saved-bytes", the bytes
+    # the blocks save for backward (every profile fitted before 2026-12-03, which is read so: step.block_elementwise)
+    elementwise_form: str = "kernels"
     # host (Python) seconds per transformer block to issue each phase, "strategy/phase" ->
     # seconds; phases forward, backward, optimizer. A phase takes max(host, GPU) (step.py).
     # "compiled/strategy/phase": the same with every block compiled
@@ -380,6 +386,11 @@ class Profile:
         base = cls()
         if "compute_efficiency" in data and "attention_efficiency" not in data:
             base = replace(base, attention_efficiency={})  # fitted with one rate for all FLOPs: read so
+        if "activation_traffic" in data and "elementwise_form" not in data:
+            base = replace(base, elementwise_form="saved-bytes")  # fitted per saved byte: read so
+        if data.get("elementwise_form", "kernels") not in ELEMENTWISE_FORMS:
+            raise UsageError(f"{where}: elementwise_form must be one of {', '.join(ELEMENTWISE_FORMS)}, "
+                             f"not {data['elementwise_form']!r}")
         values = {}
         for name in known & set(data):
             default = getattr(base, name)

@@ -66,6 +66,7 @@ import math
 from topowise import hardware
 from topowise.costmodel import comm as comm_mod
 from topowise.costmodel.collectives import strategy_collectives
+from topowise.costmodel.elementwise import block_elementwise_bytes, qk_norm_bytes
 from topowise.costmodel.flops import (
     FLASH_BACKWARD_SHARE,
     FLASH_FORWARD_SHARE,
@@ -115,7 +116,7 @@ FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM = at_rate(CHUNK_CAT)  # per step
 ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM = at_rate(DEVICE_COPY)  # per step, one GPU only
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
-ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the forward's (see the docstring)
+ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the saved-bytes form's elementwise traffic, the forward's (block_elementwise)
 # A bf16 GEMM whose rows are not a multiple of 16 bytes (8 elements) cannot use cuBLAS's aligned kernels and
 # runs a Turing-era `align1` CUTLASS kernel instead. The output layer's three GEMMs with a vocabulary that is
 # not a multiple of 8 (GPT-2's 50257; a config with one token added), timed alone at 8192 tokens on one H200
@@ -126,6 +127,22 @@ ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the blocks' elementwise traffic, the for
 # same share of the datasheet rate on other NVIDIA GPUs (not measured there); not applied to a CPU profile.
 GEMM_ALIGN_ELEMENTS = 8
 MISALIGNED_GEMM_EFFICIENCY = 0.125
+
+
+def block_elementwise(run: Run, profile: Profile, autocast: bool) -> tuple[float, float]:
+    """(forward, backward) bytes at the memory-bound rate of all blocks' elementwise kernels in one step: the bytes
+    they move (elementwise.py) x Profile.activation_traffic (compiled: compiled_activation_traffic), and Qwen3's
+    eager q/k norms at what they took alone. A profile of the "saved-bytes" form (fitted before the kernels were
+    counted) is read as it was fitted: its traffic x the bytes the blocks save for backward (eager's, compiled or
+    not), half of it in the forward."""
+    traffic = profile.compiled_activation_traffic if run.compile else profile.activation_traffic
+    per_step = run.tokens * run.model.num_layers
+    if profile.elementwise_form == "saved-bytes":
+        act = traffic * activation_bytes_per_token_per_layer(run.model, autocast=autocast) * per_step
+        return act * ELEMENTWISE_FORWARD_SHARE, act * (1 - ELEMENTWISE_FORWARD_SHARE)
+    fwd, bwd = block_elementwise_bytes(run.model, autocast, run.compile)
+    norms_fwd, norms_bwd = (0.0, 0.0) if run.compile else qk_norm_bytes(run.model, autocast, profile.hbm_efficiency)
+    return (traffic * fwd + norms_fwd) * per_step, (traffic * bwd + norms_bwd) * per_step
 
 
 def head_rate(model, rate: float, peak: float) -> float:
@@ -236,13 +253,10 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         fwd_bytes += per_gather * model.params
         regathered = model.num_layers * model.layer_params if run.spec.reshard_after_forward else 0
         copy_bytes = loss_bytes + per_gather * (model.params + regathered) + per_step * model.params
-    # elementwise work inside the blocks (norms, rotary, SwiGLU, residuals, casts) reads and writes the
-    # activations; its traffic is counted as activation_traffic x the bytes the blocks save for backward
-    traffic = profile.compiled_activation_traffic if run.compile else profile.activation_traffic
-    act = traffic * activation_bytes_per_token_per_layer(model, autocast=autocast) * tokens * model.num_layers
-    fwd_bytes += act * ELEMENTWISE_FORWARD_SHARE
-    copy_bytes += act
-    copy_bytes += act * ELEMENTWISE_FORWARD_SHARE * rerun_share(run)
+    # elementwise work inside the blocks (norms, rotary, SwiGLU, residuals, casts), kernel by kernel
+    act_fwd, act_bwd = block_elementwise(run, profile, autocast)
+    fwd_bytes += act_fwd
+    copy_bytes += act_fwd + act_bwd + act_fwd * rerun_share(run)
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
