@@ -81,6 +81,9 @@ def block_elementwise_bytes(model: ModelSpec, autocast: bool, compiled: bool = F
 # (fp32 weight: the composite path), 0.785 ms in bf16 (the fused kernel), less the slice's backward the probe also
 # ran (a zeroed gradient of the whole qkv output and the copy into it, 8 bytes per element, ~0.08 ms) = 271 and
 # 101 bytes at 4.8 TB/s per element. Forward and backward shares as their aten ops' bytes: 40 : 88 and 4 : 10.
+# Timed in place instead (qk-norm/run48, norm_probe2.txt: qkv split, norms, rotary, with against without) they
+# add 255-258 and 73-100 bytes: without them rotary upcasts q and k from strided views of qkv's output, a slower
+# kernel than from the norms' contiguous output, which the count prices at one rate either way; so the norms alone.
 QK_NORM_PEAK_BYTES = {True: (271.0, 40 / 128), False: (101.0, 4 / 14)}  # autocast -> (bytes, forward share)
 
 
