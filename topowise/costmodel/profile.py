@@ -108,16 +108,21 @@ H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines 
 # 10.03 with one rate for all FLOPs, 0.7848 and 8.863 with the attention term and FSDP2's work per
 # parameter (0.785 is the GEMM kernels' own rate in a traced step), 0.8008 and 8.876 with each copy at its
 # measured rate; the designed fit below predicts the runs no fit saw better (docs/calibration.md, "A
-# designed calibration on one GPU").
+# designed calibration on one GPU"). Those traffics were per byte the blocks save for backward; the designed fit
+# gave 0.8167 and 9.558 so. Since the blocks' elementwise kernels are counted (costmodel/elementwise.py) the same
+# fit gives 0.7246 and 1.105 (bytes at the memory-bound rate per byte the kernels move; the Llama-style blocks'
+# kernels timed alone took 0.92-1.06 of what 1.105 prices: docs/calibration.md, "The elementwise kernels, counted").
 H200_MODEL_FIT = ("the designed calibration's training shapes on one H200 (four Llama-style configs of "
                   "topowise/calibrate/design.py, no communication; docs/results/2026-12-02-h200x1/design/run22, "
                   "`python benchmarks/compile_accuracy.py --dir docs/results/2026-12-02-h200x1/design/run22 "
                   "--fit-eager`): least squares of predicted vs measured step time over its 6 steady GPU-bound runs, "
-                  "the causal attention at its measured rate (attention_efficiency) and the casts and copies per "
-                  "parameter at their measured rates (step.py), rms error 0.9%, worst 1.5%; no earlier one-GPU run "
-                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 1.6%, worst 4.0%, of which the 12 whose "
-                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 2.1% / 4.0% "
-                  "(`python benchmarks/attention_accuracy.py`, docs/results/2026-12-02-h200x1/design/accuracy)")
+                  "the causal attention at its measured rate (attention_efficiency), the casts and copies per "
+                  "parameter at their measured rates (step.py) and the blocks' elementwise kernels counted one by "
+                  "one (costmodel/elementwise.py), rms error 0.7%, worst 1.0%; no earlier one-GPU run "
+                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 1.0%, worst 3.7%, of which the 12 whose "
+                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 1.3% / 3.7% "
+                  "(tests/unit/test_designed_fit.py; with traffic per saved byte 1.6% / 4.0% and 2.1% / 4.0%)")
+
 # Causal flash attention (F.scaled_dot_product_attention, cuDNN's kernel first) runs slower than the
 # matmuls and faster at longer sequences: timed alone on one H200 at the bench transformer's shapes
 # (benchmarks/kernel_rates.py), the FLOPs flops.py counts for it (7 L H Q T per token) ran at
@@ -143,11 +148,12 @@ HOST_S_PER_LAYER: dict[str, float] = {
 # docs/results/2026-12-01-h200x1/compile/; each source below says from what (topowise.calibrate.fit's
 # fit_compiled and fit_host over those records, `python benchmarks/compile_accuracy.py --fit`).
 COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200x1/compile/fit)"
-# HBM-equivalent bytes of the elementwise work per saved byte, compiled: fitted against what compiling
-# saved beside each eager twin. The bench transformer of 2026-12-02 (gate and up two Linears, complex
-# rotary) saves less by compiling: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3 179.9 ->
-# 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/run8);
-# rms error 0.5%. (The earlier transformer: 6.09, from 186.4 -> 167.4, 183.4 -> 165.2, 185.3 -> 168.7 ms.)
+# Bytes at the memory-bound rate per byte Inductor's fused kernels move (costmodel/elementwise.py), fitted against
+# what compiling saved beside each eager twin: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3
+# 179.9 -> 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/
+# run8); rms error 0.6%. Compiling saved less in the step than the fused kernels timed alone say (they ran at
+# 0.57-0.72 of this term on llama3.2-1b's block, recompute/run35): what else compiling changes in a step is not
+# itemized. (Per saved byte, the form before the kernels were counted: 7.5592; the earlier transformer's 6.09.)
 COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
                           "against the eager rates of the designed fit (H200_MODEL_FIT)")
 COMPILED_ACTIVATION_TRAFFIC = 1.6807
@@ -253,7 +259,8 @@ _SOURCES = {
                     "apart 1.21 (docs/results/2026-12-01-h200x1/model-profile/run3/README.md)"),
     "compiled_activation_traffic": (f"{COMPILED_TRAFFIC_WHERE}: least squares of the compiled prediction against the "
                                     "eager prediction less what compiling saved (measured eager - compiled) over "
-                                    "llama3.2-1b 1 x 8192 ddp and zero3, two rounds; rms error 0.5%, worst 0.6%"),
+                                    "llama3.2-1b 1 x 8192 ddp and zero3, two rounds, per byte the fused kernels move "
+                                    "(costmodel/elementwise.py); rms error 0.6%, worst 0.7%"),
     "compile_s": (f"{COMPILE_WHERE}: median over 10 compiled runs (llama3.2-1b, qwen2.5-0.5b; 128 and 8192 "
                   "tokens) of the first warm-up step less the median timed step: 4.0-11.9 s"),
     **{f"host_s_per_layer.{k}": (f"{COMPILE_WHERE}: median over the host-bound compiled runs at 128 tokens "

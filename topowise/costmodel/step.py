@@ -15,7 +15,7 @@
   Under autocast a rerun casts its block's weights to bf16 again: the casts are cheap ops, and autocast's
   cache of them is cleared when the forward leaves autocast (memory.recast_blocks).
 - torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
-  traffic (Profile.compiled_activation_traffic: Inductor fuses norms, rotary, SwiGLU and casts), the
+  kernels (Inductor fuses norms, rotary, SwiGLU and casts; Profile.compiled_activation_traffic), the
   saved activations (memory.py: the activation function's output is recomputed, not kept) and the
   host's time per block ("compiled/" host terms: Dynamo's guards and the compiled graph's launch in
   place of the eager kernels). Matmuls and attention run the same kernels compiled or not.
@@ -34,15 +34,14 @@
   copies (on one rank the copy-out too) 12.4 per step, where the model had 4 bytes per parameter per
   gather (6.8 ms) and nothing else. Each of these copies is priced at the rate it reaches alone (the
   constants below): the bf16 -> fp32 ones at about half the memory-bound rate.
-- the blocks' elementwise traffic (below) is split evenly between forward and backward. Measured, the
-  backward takes more: on one H200 the backward of five Llama shapes (benchmarks/bucket_ready.py) took
-  what this split gives it plus 0.06-0.23 (mean 0.16) of that traffic, and profiler traces of the
-  earlier bench transformer (llama3.2-1b 1 x 8192) split forward / backward 63.6 / 125.3 ms (ddp) and
-  62.7 / 123.3 ms (zero3), where a third in the forward predicts 64.8 / 128.5 and 62.9 / 122.5 and the
-  half 72.1 / 121.2 and 69.7 / 115.7. A third is not taken yet: with it, run 10's overlaps fitted again
-  rank ddp first for qwen2.5-0.5b over PCIe (2 x 4096), measured 5% slower than zero2 in three runs:
-  zero2's forward falls further below the host's time to issue it, so the miss sits in the host term
-  at a host-near shape (docs/calibration.md, "Overlap from structure").
+- the blocks' elementwise kernels (norms, autocast's input casts, rotary, residual adds, SwiGLU and their
+  backward; compiled, Inductor's fused kernels) move the bytes costmodel/elementwise.py counts, each phase its own,
+  at the memory-bound rate x Profile.activation_traffic (compiled_activation_traffic); Qwen3's eager q/k norms at
+  what they took alone. Timed alone on one H200, nine Llama-style blocks' kernels took 0.92-1.11 of this term
+  (docs/calibration.md, "The elementwise kernels, counted"); the forward took 0.33-0.41 of them, the count says
+  0.36-0.40 (the form before the count split them evenly). A profile fitted before the kernels were counted
+  (Profile.elementwise_form "saved-bytes") is read as it was fitted: traffic x the bytes the blocks save for
+  backward, half of it in the forward.
 - optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
   parameter, exp_avg, exp_avg_sq (12): 28 bytes per local parameter (a foreach AdamW would make ~80).
 - communication (comm.py, collectives.py): the forward and the backward are timelines (overlap.py), the
