@@ -123,3 +123,26 @@ def test_an_unknown_model_type_is_read_as_llama_and_said_once(capsys):
 def test_a_multimodal_config_says_where_its_text_model_is():
     with pytest.raises(UsageError, match="a multimodal config .* text_config"):
         spec_from_hf_config({"model_type": "mllama", "text_config": TINY_LLAMA, "vision_config": {}})
+
+
+def test_a_sliding_window_shorter_than_the_context_is_said(capsys):
+    """Mistral 7B v0.1 attends to the last 4096 of 32768 positions; Qwen2's configs name a window and switch it off."""
+    spec_from_hf_config(dict(TINY_LLAMA, model_type="mistral", max_position_embeddings=32768, sliding_window=4096),
+                        where="mistral-v0.1/config.json")
+    err = capsys.readouterr().err
+    assert "mistral-v0.1/config.json: sliding_window 4,096" in err and "priced long" in err
+    for quiet in ({"sliding_window": 32768, "use_sliding_window": False, "max_position_embeddings": 32768},
+                  {"sliding_window": None}, {"sliding_window": 4096, "max_position_embeddings": 4096}):
+        spec_from_hf_config(dict(TINY_LLAMA, **quiet), where=f"quiet {quiet}")
+    assert capsys.readouterr().err == ""
+
+
+def test_biases_the_spec_does_not_count_are_said_with_their_count(capsys):
+    spec = spec_from_hf_config(dict(TINY_LLAMA, mlp_bias=True, attention_bias=True), where="biased/config.json")
+    h, i, layers = spec.hidden_size, spec.intermediate_size, spec.num_layers
+    err = capsys.readouterr().err
+    assert spec.qkv_bias  # q, k and v's are counted
+    assert f"the o_proj bias and the gate, up and down biases ({layers * (h + 2 * i + h):,} parameters" in err
+    spec_from_hf_config(dict(TINY_LLAMA, model_type="qwen2"), where="qwen2/config.json")  # q, k, v biases only
+    spec_from_hf_config(dict(TINY_LLAMA, attention_bias=False, mlp_bias=False), where="plain/config.json")
+    assert capsys.readouterr().err == ""

@@ -198,16 +198,52 @@ def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = 
             _warned_types.add(model_type)
             sys.stderr.write(f"topowise: warning: {where}: model_type {model_type!r} is read as a Llama-style "
                              "block (RMSNorm, SwiGLU, rotary); whatever it does otherwise is not modelled\n")
-        return ModelSpec(
+        spec = ModelSpec(
             name, "llama", _size(where, config, "vocab_size"), hidden, _size(where, config, "num_hidden_layers"),
             heads, kv, _size(where, config, "intermediate_size"),
             bool(config.get("tie_word_embeddings", False)),
             bool(config.get("attention_bias", model_type == "qwen2")),
             context_length=context, attention_head_dim=head_dim, qk_norm=model_type == "qwen3",
         )
+        warn_what_is_not_modelled(config, spec, model_type, where)
+        return spec
     except KeyError as exc:
         raise UsageError(f"{where} lacks a field topowise needs ({exc}); "
                          "Llama, Qwen2, Qwen3, Mistral and GPT-2 configs are understood") from None
+
+
+def warn_what_is_not_modelled(config: dict, spec: ModelSpec, model_type: str, where: str) -> None:
+    """One line on stderr (once per config and kind) for what a Llama-style config asks that the spec leaves out:
+    attention windowed to fewer tokens than the context (priced, and run by bench train, as full causal attention,
+    so long where sequences pass the window), and biases the bench transformer does not build (Llama's
+    attention_bias also puts one on o_proj; mlp_bias on gate, up and down)."""
+    window = config.get("sliding_window")
+    windowed = (isinstance(window, int) and not isinstance(window, bool) and window > 0
+                and config.get("use_sliding_window", True) is not False
+                and (not spec.context_length or window < spec.context_length))
+    if windowed:
+        _warn_once(where, "window", f"sliding_window {window:,}: the model attends to the last {window:,} tokens "
+                   "only; topowise prices full causal attention, as bench train runs it, so the attention of "
+                   f"sequences longer than {window:,} tokens is priced long")
+    h, i = spec.hidden_size, spec.intermediate_size
+    missing = []
+    if config.get("attention_bias") and model_type != "qwen2":
+        missing.append(("the o_proj bias", h))
+    if config.get("mlp_bias"):
+        missing.append(("the gate, up and down biases", 2 * i + h))
+    if missing:
+        count = spec.num_layers * sum(n for _, n in missing)
+        _warn_once(where, "bias", f"{' and '.join(w for w, _ in missing)} ({count:,} parameters, "
+                   f"{100 * count / spec.params:.2f}% of the model) are not counted")
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(where: str, kind: str, text: str) -> None:
+    if (where, kind) not in _warned:
+        _warned.add((where, kind))
+        sys.stderr.write(f"topowise: warning: {where}: {text}\n")
 
 
 def _size(where: str, config: dict, key: str) -> int:
