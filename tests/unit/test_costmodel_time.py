@@ -185,8 +185,6 @@ def test_step_adds_up_and_hsdp_default_group():
     assert sum(ph.gpu_s for ph in t.phases) == pytest.approx(t.compute_s + t.memory_bound_s + t.optimizer_s
                                                              + t.exposed_comm_s)
     assert p.step_time_s == pytest.approx(sum(max(ph.gpu_s, ph.host_s) for ph in t.phases))
-    assert p.step_time_s == pytest.approx(t.compute_s + t.memory_bound_s + t.optimizer_s + t.exposed_comm_s
-                                          + t.host_wait_s)
     assert p.tokens_per_s == pytest.approx(8 * 4096 / p.step_time_s)
     assert predict(run(gpus=(0, 1, 2), strategy="hsdp"), load_preset("h200-nvl-8")).shard_group_size == 3
     assert predict(run(gpus=(0, 2), strategy="hsdp"), nvl).shard_group_size == 2  # islands of 2

@@ -22,7 +22,6 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-H200 = ROOT / "docs" / "results"
 QWEN3 = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b.json")
 
 

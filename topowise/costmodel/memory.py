@@ -75,8 +75,10 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
                           silu output (2I), product (2I, down's input)
       q and k norms       Qwen3 (qk_norm): rms_norm over each head of q and k before rotary saves its input
                           and rstd (4 per head): in bf16 the input is a view of the qkv output, which it
-                          keeps whole (2 (q + 2 kv)); under autocast rms_norm runs in fp32 on its own fp32
-                          copy of q and k, and the block keeps 8 (q + kv) (measured; the emulation of
+                          keeps whole (2 (q + 2 kv)); under autocast (a bf16 input, an fp32 weight)
+                          F.rms_norm is PyTorch's composite, not the fused kernel: it keeps its fp32 upcast
+                          of q and k and the normalised product, 8 (q + kv) (measured; the ops read in
+                          docs/results/2026-12-03-h200x1/qk-norm/run47; the emulation of
                           tests/unit/test_costmodel_memory.py finds half of it); compiled, 2 (q + 2 kv)
                           in either precision
     GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
@@ -106,8 +108,9 @@ def qk_norm_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
         return 0.0
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     rstd = 4 * (model.num_heads + model.num_kv_heads)
-    # under autocast measured 8 (q + kv) (one H200, docs/results/2026-12-03-h200x1/head-dim/run46): twice the fp32
-    # copy the norms take; which op keeps the second is not read yet
+    # under autocast measured 8 (q + kv) (one H200, docs/results/2026-12-03-h200x1/head-dim/run46): PyTorch's
+    # composite rms_norm keeps its fp32 upcast (for pow and the product by rstd) and that product (for the product
+    # by the weight) (qk-norm/run47, norm_probe.txt)
     return (8 * (q + kv) if autocast else 2 * (q + 2 * kv)) + rstd
 
 
