@@ -154,3 +154,25 @@ def test_gemm_tiles_form_and_its_fit():
     for r in rows:
         r["rate"] = gemm_tiles.tile_form(r, 0.84, 160)
     assert gemm_tiles.fit(rows) == (0.84, 160)
+
+
+def test_trace_kernels_counts_a_phase_by_where_the_host_launched_each_kernel():
+    events = []
+
+    def span(name, cat, ts, dur, **args):
+        events.append({"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "args": args})
+
+    for step in range(3):
+        t0 = 1000 * step
+        span(f"topowise.step.{step}", "user_annotation", t0, 900)
+        span("topowise.forward", "user_annotation", t0, 300)
+        span("topowise.optimizer", "user_annotation", t0 + 600, 300)
+        span("cudaLaunchKernel", "cuda_runtime", t0 + 10, 1, correlation=10 * step + 1)
+        span("fwd_kernel", "kernel", t0 + 20, 100, correlation=10 * step + 1)
+        span("cudaLaunchKernel", "cuda_runtime", t0 + 610, 1, correlation=10 * step + 2)
+        # launched in the optimizer's range, run after the step's range ends on the host: still the optimizer's
+        span("opt_kernel", "kernel", t0 + 950, 50, correlation=10 * step + 2)
+    trace = {"traceEvents": events}
+    assert trace_kernels.per_step(trace, 1) == (2, {"fwd_kernel": 100e-6, "opt_kernel": 50e-6})
+    assert trace_kernels.per_step(trace, 1, "optimizer") == (2, {"opt_kernel": 50e-6})
+    assert trace_kernels.per_step(trace, 0, "forward") == (3, {"fwd_kernel": 100e-6})
