@@ -12,8 +12,10 @@ fills only part of the SMs idles the rest) and K is the reduction length (each t
 against its K / 64 steps). The three passes of a Linear y = x W^T (x: tokens x in, W: out x in) are
 forward (tokens x out, K = in), the input gradient (tokens x in, K = out) and the weight gradient (out x in,
 K = tokens). Prints the fit on every model, the fit on three models checked on the other three, and the
-weight gradients by tile count. The output layer (a 128k-152k vocabulary) is left out: its shape is
-not a block's.
+weight gradients by tile count. Weight gradients have an output of out x in, often under two waves of tiles, and
+cuBLAS splits their long reduction over the tokens instead (split-K); for them the script fits a form of their
+own, rate / peak = E_w x tiles / (tiles + T1): the fewer the tiles, the more the split costs. The output
+layer (a 128k-152k vocabulary) is left out: its shape is not a block's.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ def tile_form(o: dict, e: float, k0: float) -> float:
     return e * fill * o["k"] / (o["k"] + k0)
 
 
+def split_form(o: dict, e: float, t1: float) -> float:
+    return e * tiles(o) / (tiles(o) + t1)
+
+
+def fit_split(rows: list[dict]) -> tuple[float, float]:
+    grid = [(e / 1000, t1) for e in range(700, 1001, 5) for t1 in range(0, 201, 2)]
+    return min(grid, key=lambda p: sum(math.log(split_form(o, *p) / o["rate"]) ** 2 for o in rows))
+
+
 def fit(rows: list[dict]) -> tuple[float, float]:
     grid = [(e / 1000, k0) for e in range(700, 1001, 5) for k0 in range(0, 401, 8)]
     return min(grid, key=lambda p: sum(math.log(tile_form(o, *p) / o["rate"]) ** 2 for o in rows))
@@ -92,14 +103,26 @@ def main() -> int:
     print(f"    tile form, E {e3:.3f} K0 {k03:.0f}:      {misses(held, lambda o: tile_form(o, e3, k03))}")
     weight = [o for o in rows if o["phase"] == "grad_weight"]
     print(f"weight-gradient GEMMs, tile form as fitted above: {misses(weight, lambda o: tile_form(o, e, k0))}")
-    print("  model              gemm   out x in     tiles  waves  tile form  measured (each shape)")
+    flat_w = math.exp(statistics.mean(math.log(o["rate"]) for o in weight))
+    ew, t1 = fit_split(weight)
+    w_train = [o for o in weight if o["model"] in FIT_MODELS]
+    w_held = [o for o in weight if o["model"] not in FIT_MODELS]
+    ew3, t13 = fit_split(w_train)
+    flat_w3 = math.exp(statistics.mean(math.log(o["rate"]) for o in w_train))
+    print(f"  one rate for all ({flat_w:.3f}):            {misses(weight, lambda o: flat_w)}")
+    print(f"  split form, E_w {ew:.3f} T1 {t1:.0f}:      {misses(weight, lambda o: split_form(o, ew, t1))}")
+    print(f"  fitted on {', '.join(FIT_MODELS)}; on the other models:")
+    print(f"    one rate ({flat_w3:.3f}):                 {misses(w_held, lambda o: flat_w3)}")
+    print(f"    split form, E_w {ew3:.3f} T1 {t13:.0f}:    {misses(w_held, lambda o: split_form(o, ew3, t13))}")
+    print("  model              gemm   out x in     tiles  waves  tile form  split form  measured (each shape)")
     by_shape: dict = {}
     for o in weight:
         by_shape.setdefault((o["model"], o["gemm"], o["rows"], o["cols"]), []).append(o)
     for (model, gemm, out, inp), group in sorted(by_shape.items(), key=lambda kv: tiles(kv[1][0])):
         rates = " ".join(f"{o['rate']:.2f}" for o in group)
         print(f"  {model.split('/')[-1]:18s} {gemm:5s} {out:5d} x {inp:<5d} {tiles(group[0]):5d} "
-              f"{tiles(group[0]) / SMS:6.2f}  {statistics.mean(tile_form(o, e, k0) for o in group):9.2f}  {rates}")
+              f"{tiles(group[0]) / SMS:6.2f}  {statistics.mean(tile_form(o, e, k0) for o in group):9.2f}  "
+              f"{statistics.mean(split_form(o, ew, t1) for o in group):10.2f}  {rates}")
     return 0
 
 
