@@ -57,7 +57,7 @@ def block_elementwise_bytes(model: ModelSpec, autocast: bool, compiled: bool = F
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     r = 4 if autocast else 2
     if compiled:
-        return compiled_bytes(model, h, i, q, kv, r, autocast)
+        return compiled_bytes(model, autocast)
     if model.family == "gpt2":
         casts = 2 * 6 * h if autocast else 0
         forward = 2 * 2 * r * h + casts + 2 * (2 * r + 2) * h + 4 * i
@@ -97,8 +97,11 @@ def qk_norm_bytes(model: ModelSpec, autocast: bool, hbm_efficiency: float) -> tu
     return total * forward_share, total * (1 - forward_share)
 
 
-def compiled_bytes(model: ModelSpec, h: int, i: int, q: int, kv: int, r: int, autocast: bool) -> tuple[float, float]:
+def compiled_bytes(model: ModelSpec, autocast: bool) -> tuple[float, float]:
     """Inductor's fused kernels (the docstring's second table)."""
+    h, i = model.hidden_size, model.intermediate_size
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    r = 4 if autocast else 2
     gpt2 = model.family == "gpt2"
     qkv = 4 * (q + 2 * kv) if not gpt2 else 0  # GPT-2 hands SDPA views of c_attn's output
     activation_fwd, activation_bwd = (4 * i, 8 * i) if gpt2 else (6 * i, 10 * i)

@@ -156,7 +156,6 @@ def config_name(path: Path) -> str:
 UNDERSTOOD_TYPES = ("", "llama", "mistral", "qwen2", "qwen3", "gpt2")
 # a field that makes a mixture-of-experts model (Mixtral; Qwen2/3-MoE and OLMoE; DeepSeek)
 EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
-_warned_types: set[str] = set()
 
 
 def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = None) -> ModelSpec:
@@ -194,10 +193,9 @@ def spec_from_hf_config(config: dict, name: str = "custom", where: str | None = 
             head_dim = 0  # what hidden_size / num_attention_heads gives: nothing to record
         _check_heads(where, ("hidden_size", hidden) if not head_dim else None, ("num_attention_heads", heads),
                      ("num_key_value_heads", kv))
-        if model_type not in UNDERSTOOD_TYPES and model_type not in _warned_types:
-            _warned_types.add(model_type)
-            sys.stderr.write(f"topowise: warning: {where}: model_type {model_type!r} is read as a Llama-style "
-                             "block (RMSNorm, SwiGLU, rotary); whatever it does otherwise is not modelled\n")
+        if model_type not in UNDERSTOOD_TYPES:
+            _warn_once(("model_type", model_type), f"{where}: model_type {model_type!r} is read as a Llama-style "
+                       "block (RMSNorm, SwiGLU, rotary); whatever it does otherwise is not modelled")
         spec = ModelSpec(
             name, "llama", _size(where, config, "vocab_size"), hidden, _size(where, config, "num_hidden_layers"),
             heads, kv, _size(where, config, "intermediate_size"),
@@ -222,9 +220,9 @@ def warn_what_is_not_modelled(config: dict, spec: ModelSpec, model_type: str, wh
                 and config.get("use_sliding_window", True) is not False
                 and (not spec.context_length or window < spec.context_length))
     if windowed:
-        _warn_once(where, "window", f"sliding_window {window:,}: the model attends to the last {window:,} tokens "
-                   "only; topowise prices full causal attention, as bench train runs it, so the attention of "
-                   f"sequences longer than {window:,} tokens is priced long")
+        _warn_once((where, "window"), f"{where}: sliding_window {window:,}: the model attends to the last "
+                   f"{window:,} tokens only; topowise prices full causal attention, as bench train runs it, so the "
+                   f"attention of sequences longer than {window:,} tokens is priced long")
     h, i = spec.hidden_size, spec.intermediate_size
     missing = []
     if config.get("attention_bias") and model_type != "qwen2":
@@ -233,17 +231,18 @@ def warn_what_is_not_modelled(config: dict, spec: ModelSpec, model_type: str, wh
         missing.append(("the gate, up and down biases", 2 * i + h))
     if missing:
         count = spec.num_layers * sum(n for _, n in missing)
-        _warn_once(where, "bias", f"{' and '.join(w for w, _ in missing)} ({count:,} parameters, "
+        _warn_once((where, "bias"), f"{where}: {' and '.join(w for w, _ in missing)} ({count:,} parameters, "
                    f"{100 * count / spec.params:.2f}% of the model) are not counted")
 
 
 _warned: set[tuple[str, str]] = set()
 
 
-def _warn_once(where: str, kind: str, text: str) -> None:
-    if (where, kind) not in _warned:
-        _warned.add((where, kind))
-        sys.stderr.write(f"topowise: warning: {where}: {text}\n")
+def _warn_once(key: tuple[str, str], text: str) -> None:
+    """One warning line on stderr, the first time `key` comes up in this process."""
+    if key not in _warned:
+        _warned.add(key)
+        sys.stderr.write(f"topowise: warning: {text}\n")
 
 
 def _size(where: str, config: dict, key: str) -> int:
