@@ -129,7 +129,8 @@ def test_a_profile_fitted_per_saved_byte_is_read_so():
 def test_the_readme_figures_of_the_counted_term_hold():
     """README: "the 109 one-H200 records the model prices GPU-bound, 1.73% mean; the 25 compiled ones 1.36%, worst
     7.1%": every bench train record of 2026-12-02/03 above 128 tokens under PyTorch's engine (a new run adds to the
-    count), replayed through the default profile."""
+    count), replayed through the default profile. Fourteen of them are the runs the rates were fitted from
+    (design/run22/fit, timelines/run8/compiled); the README says so and gives the figures without them."""
     from replay import RESULTS, finished
 
     from topowise.calibrate.fit import observation_from, predictor
