@@ -51,7 +51,7 @@ BEFORE_FSDP = ("FSDP_CAST_BYTES_PER_SHARD_PARAM", "FSDP_REDUCE_COPY_IN_BYTES_PER
 LOGICAL_BYTES = {"AUTOCAST_BYTES_PER_PARAM": 20, "AUTOCAST_FORWARD_BYTES_PER_PARAM": 6,
                  "FSDP_COPY_OUT_BYTES_PER_PARAM": 4}
 ONE_RATE = {"compute_efficiency": 0.6612, "activation_traffic": 10.03, "compiled_activation_traffic": 8.0433,
-            "elementwise_form": "saved-bytes",
+            "elementwise_form": "saved-bytes", "gemm_form": "one-rate",
             "attention_efficiency": {}}
 
 

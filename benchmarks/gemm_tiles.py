@@ -16,6 +16,12 @@ weight gradients by tile count. Weight gradients have an output of out x in, oft
 cuBLAS splits their long reduction over the tokens instead (split-K); for them the script fits a form of their
 own, rate / peak = E_w x tiles / (tiles + T1): the fewer the tiles, the more the split costs. The output
 layer (a 128k-152k vocabulary) is left out: its shape is not a block's.
+
+    python benchmarks/gemm_tiles.py --check FILE...
+
+checks the cost model's constants (topowise/costmodel/gemm.py, fitted from run16 as above) on other records without
+fitting anything: each GEMM's measured rate against BEST_ALONE x its share, beside one rate for all (run16's
+geometric mean per kind), by model.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from elementwise_check import model_of  # noqa: E402  (a preset, or configs/NAME from benchmarks/configs)
+
+from topowise.costmodel import gemm as model_gemm  # noqa: E402
 
 SMS = 132  # H100 / H200 SXM
 TILE = 128
@@ -84,10 +92,42 @@ def misses(rows: list[dict], predict) -> str:
     return f"rms {100 * rms:.1f}%, worst {100 * max(map(abs, logs)):.1f}% ({len(rows)} GEMMs)"
 
 
+RUN16 = Path(__file__).resolve().parents[1] / "docs/results/2026-12-02-h200x1/kernels/run16/kr/kernel_rates.jsonl"
+
+
+def model_share(o: dict) -> float:
+    """The cost model's rate for this GEMM alone, of the datasheet peak (gemm.py's constants)."""
+    if o["phase"] == "grad_weight":
+        return model_gemm.BEST_ALONE * model_gemm.weight_grad_share(o["rows"], o["cols"])
+    return model_gemm.BEST_ALONE * model_gemm.tile_share(o["rows"], o["cols"], o["k"], SMS)
+
+
+def check(paths: list[str]) -> int:
+    fitted = observations(str(RUN16))
+    one = {w: math.exp(statistics.mean(math.log(o["rate"]) for o in fitted if (o["phase"] == "grad_weight") == w))
+           for w in (False, True)}
+    rows = [o for path in paths for o in observations(path)]
+    print(f"gemm.py's constants (fitted on run16) against {len(rows)} GEMMs timed alone; one rate per kind as run16's "
+          f"mean ({one[False]:.3f} forward and input gradient, {one[True]:.3f} weight gradient)")
+    print(f"  {'model':18s} {'kind':24s} {'one rate':36s} the shape form")
+    groups: dict = {}
+    for o in rows:
+        groups.setdefault((o["model"].split("/")[-1], o["phase"] == "grad_weight"), []).append(o)
+    groups.update({("all", w): [o for o in rows if (o["phase"] == "grad_weight") == w] for w in (False, True)})
+    for (model, w), group in groups.items():
+        kind = "weight gradient" if w else "forward, input gradient"
+        print(f"  {model:18s} {kind:24s} {misses(group, lambda o: one[w]):36s} {misses(group, model_share)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="+")
-    rows = [o for path in parser.parse_args().records for o in observations(path)]
+    parser.add_argument("--check", action="store_true", help="the cost model's constants on these records, no fit")
+    args = parser.parse_args()
+    if args.check:
+        return check(args.records)
+    rows = [o for path in args.records for o in observations(path)]
     data = [o for o in rows if o["phase"] != "grad_weight"]
     train = [o for o in data if o["model"] in FIT_MODELS]
     held = [o for o in data if o["model"] not in FIT_MODELS]

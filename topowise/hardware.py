@@ -22,26 +22,29 @@ class GpuSpec:
     nvlink_gen: int  # 0 when the part has no NVLink
     pcie_gen: int
     source: str
+    sms: int = 0  # streaming multiprocessors (costmodel/gemm.py: a GEMM's tiles run in waves over them); 0: unknown
 
 
 # Matched against the name NVML / nvidia-smi reports, longest key first (see `gpu_spec`).
 GPUS: dict[str, GpuSpec] = {
     "H200": GpuSpec("H200", 143771 * MIB, 989e12, 4, 5,
-                    "memory: nvidia-smi on the 2x H200 machine (143771 MiB); 989 TFLOP/s: NVIDIA H200 datasheet"),
+                    "memory: nvidia-smi on the 2x H200 machine (143771 MiB); 989 TFLOP/s: NVIDIA H200 datasheet",
+                    sms=132),
     "H200 NVL": GpuSpec("H200 NVL", 141 * GB, 835e12, 4, 5,
-                        "NVIDIA H200 NVL product text: 141 GB, 1671 TFLOP/s bf16 with sparsity (verify)"),
-    "H100": GpuSpec("H100", 80 * GIB, 989e12, 4, 5, "NVIDIA H100 SXM datasheet: 80 GB, 989 TFLOP/s bf16 dense"),
+                        "NVIDIA H200 NVL product text: 141 GB, 1671 TFLOP/s bf16 with sparsity (verify)", sms=132),
+    "H100": GpuSpec("H100", 80 * GIB, 989e12, 4, 5, "NVIDIA H100 SXM datasheet: 80 GB, 989 TFLOP/s bf16 dense",
+                    sms=132),
     "H100 NVL": GpuSpec("H100 NVL", 94 * GB, 835e12, 4, 5,
-                        "NVIDIA H100 NVL product text: 94 GB, 1671 TFLOP/s bf16 with sparsity (verify)"),
-    "A100": GpuSpec("A100", 80 * GIB, 312e12, 3, 4, "NVIDIA A100 datasheet: 80 GB, 312 TFLOP/s bf16"),
+                        "NVIDIA H100 NVL product text: 94 GB, 1671 TFLOP/s bf16 with sparsity (verify)", sms=132),
+    "A100": GpuSpec("A100", 80 * GIB, 312e12, 3, 4, "NVIDIA A100 datasheet: 80 GB, 312 TFLOP/s bf16", sms=108),
     "L40S": GpuSpec("L40S", 48 * GIB, 362e12, 0, 4,
-                    "NVIDIA L40S datasheet: 48 GB, 733 TFLOP/s bf16 with sparsity (verify)"),
+                    "NVIDIA L40S datasheet: 48 GB, 733 TFLOP/s bf16 with sparsity (verify)", sms=142),
     "RTX 4090": GpuSpec("RTX 4090", 24 * GIB, 165e12, 0, 4,
-                        "NVIDIA Ada whitepaper: 165 TFLOP/s bf16 dense with fp32 accumulate (verify)"),
+                        "NVIDIA Ada whitepaper: 165 TFLOP/s bf16 dense with fp32 accumulate (verify)", sms=128),
     "RTX A6000": GpuSpec("RTX A6000", 48 * GIB, 155e12, 3, 4,
-                         "NVIDIA RTX A6000 datasheet: 48 GB, 309.7 TFLOP/s with sparsity (verify)"),
+                         "NVIDIA RTX A6000 datasheet: 48 GB, 309.7 TFLOP/s with sparsity (verify)", sms=84),
     "V100": GpuSpec("V100", 32 * GIB, 125e12, 2, 3,
-                    "NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor; no bf16 (used as its 16-bit rate)"),
+                    "NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor; no bf16 (used as its 16-bit rate)", sms=80),
     "GB200": GpuSpec("GB200", 186 * GB, 2500e12, 5, 6,
                      "NVIDIA GB200 NVL72 product text: 186 GB per GPU, 5 PFLOP/s bf16 sparse (verify)"),
 }

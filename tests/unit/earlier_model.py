@@ -22,7 +22,7 @@ from dataclasses import replace
 # since FSDP2's cast and copies were modelled (benchmarks/overlap_refit.py --rates, refit5; 0.6027 and
 # 11.17 before)
 EARLIER_RATES = {"compute_efficiency": 0.7610, "activation_traffic": 16.86, "attention_efficiency": {},
-                 "elementwise_form": "saved-bytes"}
+                 "elementwise_form": "saved-bytes", "gemm_form": "one-rate"}
 
 
 def predict_fused_gate_up_model(monkeypatch) -> None:

@@ -60,7 +60,7 @@ def test_a_profile_fitted_with_one_rate_is_read_with_one_rate():
 def test_compute_prices_matmuls_and_attention_apart():
     model = load_model("llama3.2-1b")
     run = Run(model=model, gpus=(0,), strategy="ddp", micro_batch=1, seq_len=8192)
-    p = default_profile()
+    p = replace(default_profile(), gemm_form="one-rate")  # every matmul at one rate (gemm.py's shares: test_gemm.py)
     t = predict(run, H200X2, p).time
     rate, attention_rate = PEAK * p.compute_efficiency, p.attention_rate(model.head_dim, 8192, PEAK)
     attention = attention_flops_per_token(model, 8192)
@@ -75,7 +75,7 @@ def test_compute_prices_matmuls_and_attention_apart():
 
 def test_full_checkpointing_recomputes_attention_at_its_rate():
     model = load_model("llama3.2-1b")
-    p = default_profile()
+    p = replace(default_profile(), gemm_form="one-rate")
     plain = Run(model=model, gpus=(0,), strategy="ddp", micro_batch=1, seq_len=32768)
     full = replace(plain, activation_checkpointing=True)
     extra = predict(full, H200X2, p).time.compute_s - predict(plain, H200X2, p).time.compute_s
@@ -101,7 +101,7 @@ def test_long_sequences_need_the_attention_term():
     assert len(obs) == 5
     predict_one = predictor(H200X2)
     one_rate = replace(default_profile(), compute_efficiency=0.6612, activation_traffic=10.03,
-                       elementwise_form="saved-bytes", attention_efficiency={})
+                       elementwise_form="saved-bytes", gemm_form="one-rate", attention_efficiency={})
     for o in obs:
         assert predict_one(default_profile(), o).step_time_s == pytest.approx(o.step_time_s, rel=0.05), o.case.label
     longest = max(obs, key=lambda o: o.seq_len)

@@ -28,6 +28,7 @@ from topowise.units import GIB, MIB, busbw_factor
 
 FORMAT = "topowise.profile"
 ELEMENTWISE_FORMS = ("kernels", "saved-bytes")  # Profile.elementwise_form
+GEMM_FORMS = ("tiles", "one-rate")  # Profile.gemm_form
 VERSION = 1
 
 LINK_CLASSES = ("NV", "PCIe")
@@ -112,16 +113,20 @@ H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines 
 # gave 0.8167 and 9.558 so. Since the blocks' elementwise kernels are counted (costmodel/elementwise.py) the same
 # fit gives 0.7246 and 1.105 (bytes at the memory-bound rate per byte the kernels move; the Llama-style blocks'
 # kernels timed alone took 0.92-1.06 of what 1.105 prices: docs/calibration.md, "The elementwise kernels, counted").
+# With each block Linear's passes priced by their shape (costmodel/gemm.py; Profile.gemm_form), 0.7481 and 0.9794:
+# compute_efficiency is then the rate of a GEMM that fills every wave of its tiles, which alone reached 0.865 of the
+# peak (docs/calibration.md, "The GEMM rate by shape, in the model").
 H200_MODEL_FIT = ("the designed calibration's training shapes on one H200 (four Llama-style configs of "
                   "topowise/calibrate/design.py, no communication; docs/results/2026-12-02-h200x1/design/run22, "
                   "`python benchmarks/compile_accuracy.py --dir docs/results/2026-12-02-h200x1/design/run22 "
                   "--fit-eager`): least squares of predicted vs measured step time over its 6 steady GPU-bound runs, "
                   "the causal attention at its measured rate (attention_efficiency), the casts and copies per "
-                  "parameter at their measured rates (step.py) and the blocks' elementwise kernels counted one by "
-                  "one (costmodel/elementwise.py), rms error 0.7%, worst 1.0%; no earlier one-GPU run "
-                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 1.0%, worst 3.7%, of which the 12 whose "
-                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 1.3% / 3.7% "
-                  "(tests/unit/test_designed_fit.py; with traffic per saved byte 1.6% / 4.0% and 2.1% / 4.0%)")
+                  "parameter at their measured rates (step.py), the blocks' elementwise kernels counted one by "
+                  "one (costmodel/elementwise.py) and each block Linear's GEMMs at the share its shape reaches "
+                  "(costmodel/gemm.py), rms error 0.6%, worst 1.1%; no earlier one-GPU run "
+                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 0.7%, worst 2.4%, of which the 12 whose "
+                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 0.9% / 2.4% "
+                  "(tests/unit/test_designed_fit.py; with one rate for every GEMM 1.0% / 3.7% and 1.3% / 3.7%)")
 
 # Causal flash attention (F.scaled_dot_product_attention, cuDNN's kernel first) runs slower than the
 # matmuls and faster at longer sequences: timed alone on one H200 at the bench transformer's shapes
@@ -151,12 +156,13 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # Bytes at the memory-bound rate per byte Inductor's fused kernels move (costmodel/elementwise.py), fitted against
 # what compiling saved beside each eager twin: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3
 # 179.9 -> 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/
-# run8); rms error 0.6%. Compiling saved less in the step than the fused kernels timed alone say (they ran at
+# run8); rms error 0.6% (1.6807 with one rate for every GEMM, 2026-12-03). Compiling saved less in the step than
+# the fused kernels timed alone say (they ran at
 # 0.57-0.72 of this term on llama3.2-1b's block, recompute/run35): what else compiling changes in a step is not
 # itemized. (Per saved byte, the form before the kernels were counted: 7.5592; the earlier transformer's 6.09.)
 COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
                           "against the eager rates of the designed fit (H200_MODEL_FIT)")
-COMPILED_ACTIVATION_TRAFFIC = 1.6807
+COMPILED_ACTIVATION_TRAFFIC = 1.4043
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
 # ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
@@ -225,6 +231,8 @@ _SOURCES = {
     "activation_traffic": H200_MODEL_FIT,
     "elementwise_form": ("kernels: the blocks' elementwise work counted kernel by kernel (costmodel/elementwise.py; "
                          "docs/calibration.md, \"The elementwise kernels, counted\")"),
+    "gemm_form": ("tiles: each block Linear's passes at the share of the best rate its output tiles and reduction "
+                  "length reach (costmodel/gemm.py; docs/calibration.md, \"The GEMM rate by shape\")"),
     "overlap.ddp": H200_OVERLAP_FIT,
     "overlap.zero1": f"{H200_OVERLAP_FIT} (at its bound)",
     "overlap.zero2": H200_OVERLAP_FIT,
@@ -289,7 +297,12 @@ _SOURCES = {
 class Profile:
     """Tunable parameters; `sources[name]` says where each value came from."""
 
-    compute_efficiency: float = 0.7246  # achieved / datasheet bf16 peak: the matmuls (all FLOPs if no attention term)
+    compute_efficiency: float = 0.7481  # achieved / datasheet bf16 peak: the matmuls' best (gemm_form; all FLOPs if no
+    # attention term)
+    # what compute_efficiency is the rate of: "tiles", a GEMM that fills every wave of its tiles and reduces without
+    # end (the block Linears reach a share of it by their shape: costmodel/gemm.py); "one-rate", every matmul (every
+    # profile fitted before 2026-12-04, which is read so)
+    gemm_form: str = "tiles"
     # the causal attention's achieved fraction of the peak by head dim ("64" -> e), at sequence T times
     # T / (T + attention_seq_offset); empty: attention runs at compute_efficiency like the matmuls (the
     # form of profiles fitted before the attention term)
@@ -306,7 +319,7 @@ class Profile:
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
     # bytes at the memory-bound rate per byte the blocks' elementwise kernels move (costmodel/elementwise.py)
-    activation_traffic: float = 1.105
+    activation_traffic: float = 0.9794
     # the same with every block compiled (torch.compile): Inductor's fused kernels
     compiled_activation_traffic: float = COMPILED_ACTIVATION_TRAFFIC
     # what the two traffics multiply: "kernels", the bytes the elementwise kernels move; "saved-bytes", the bytes
@@ -395,6 +408,10 @@ class Profile:
             base = replace(base, attention_efficiency={})  # fitted with one rate for all FLOPs: read so
         if "activation_traffic" in data and "elementwise_form" not in data:
             base = replace(base, elementwise_form="saved-bytes")  # fitted per saved byte: read so
+        if "compute_efficiency" in data and "gemm_form" not in data:
+            base = replace(base, gemm_form="one-rate")  # fitted with one rate for every matmul: read so
+        if data.get("gemm_form", "tiles") not in GEMM_FORMS:
+            raise UsageError(f"{where}: gemm_form must be one of {', '.join(GEMM_FORMS)}, not {data['gemm_form']!r}")
         if data.get("elementwise_form", "kernels") not in ELEMENTWISE_FORMS:
             raise UsageError(f"{where}: elementwise_form must be one of {', '.join(ELEMENTWISE_FORMS)}, "
                              f"not {data['elementwise_form']!r}")

@@ -2,18 +2,20 @@
 
     step_time = compute + memory-bound work + optimizer step + exposed communication
 
-- compute: the matmuls' hardware FLOPs per token (flops.py, 6 N) x tokens per GPU / (datasheet bf16 peak x
-  Profile.compute_efficiency), and the causal attention's (7 L H Q T) at Profile.attention_rate, measured
-  apart: slower than the matmuls and faster at longer sequences (one rate for both when the profile
-  has no attention term). Forward is a third of the matmul FLOPs and 2 of attention's 7, backward the
-  rest plus what checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every block, selective
-  every k-th block's forward, per-op selective the matmuls it does not keep whose output the backward
-  needs again (every second matmul: the attention output projection, and in the Llama block up).
-  Each rerun also costs its forward's share of the elementwise traffic below: per-op selective reruns the
-  cheap ops of every block, a block recomputed whole all of its forward (no fit holds a checkpointed run,
-  so no fitted rate carries it; docs/calibration.md, "Checkpointing and compile on blocks no fit saw").
-  Under autocast a rerun casts its block's weights to bf16 again: the casts are cheap ops, and autocast's
-  cache of them is cleared when the forward leaves autocast (memory.recast_blocks).
+- compute: the matmuls' hardware FLOPs per token (flops.py, 6 N) x tokens per GPU at datasheet bf16 peak x
+  Profile.compute_efficiency, each block Linear's forward, input gradient and weight gradient at the share of that
+  rate its shape reaches (gemm.py: output tiles in waves over the SMs, the reduction's length, split-K for small
+  weights; every matmul at the one rate for a profile of gemm_form "one-rate"), and the causal attention's
+  (7 L H Q T) at Profile.attention_rate, measured apart: slower than the matmuls and faster at longer sequences (one
+  rate for both when the profile has no attention term). Forward is a third of the matmul FLOPs and 2 of attention's
+  7, backward the rest plus what checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every
+  block, selective every k-th block's forward, per-op selective the matmuls it does not keep whose output the
+  backward needs again (every second matmul: the attention output projection, and in the Llama block up). Each rerun
+  also costs its forward's share of the elementwise traffic below: per-op selective reruns the cheap ops of every
+  block, a block recomputed whole all of its forward (no fit holds a checkpointed run, so no fitted rate carries it;
+  docs/calibration.md, "Checkpointing and compile on blocks no fit saw"). Under autocast a rerun casts its block's
+  weights to bf16 again: the casts are cheap ops, and autocast's cache of them is cleared when the forward leaves
+  autocast (memory.recast_blocks).
 - torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
   kernels (Inductor fuses norms, rotary, SwiGLU and casts; Profile.compiled_activation_traffic), the
   saved activations (memory.py: the activation function's output is recomputed, not kept) and the
@@ -73,6 +75,7 @@ from topowise.costmodel.flops import (
     flops_params,
     training_flops_per_token,
 )
+from topowise.costmodel.gemm import block_linears, block_matmul_seconds
 from topowise.costmodel.memory import (
     activation_bytes_per_token_per_layer,
     autocast_block_cast_params,
@@ -150,6 +153,29 @@ def head_rate(model, rate: float, peak: float) -> float:
     return rate if model.vocab_size % GEMM_ALIGN_ELEMENTS == 0 else min(rate, peak * MISALIGNED_GEMM_EFFICIENCY)
 
 
+def matmul_seconds(run: Run, rate: float, output_rate: float, sms: int) -> tuple[float, float]:
+    """(forward, backward) seconds of the matmuls in one step, the backward's with what checkpointing recomputes.
+    Each block Linear's passes at `rate` x the share its shape reaches on `sms` SMs (gemm.py; every pass at `rate`
+    when sms is 0), the output layer at `output_rate`, the rest of the parameters' FLOPs (norms) at `rate`."""
+    model, tokens = run.model, run.tokens
+    layers, head = model.num_layers, 2.0 * model.hidden_size * model.vocab_size * tokens
+    linears = block_matmul_seconds(model, tokens, rate, sms)
+    block_flops = 2.0 * tokens * sum(out * inp for out, inp in block_linears(model).values())
+    other = 2.0 * flops_params(model) * tokens - head - layers * block_flops
+    forward = layers * sum(f for f, _, _ in linears.values()) + head / output_rate + other / rate
+    backward = layers * sum(dx + dw for _, dx, dw in linears.values()) + 2 * head / output_rate + 2 * other / rate
+    # checkpointing's rerun: the forward passes of the Linears it recomputes, the rest of its FLOPs at `rate`
+    if run.per_op_checkpointing:
+        rerun = [name for name in ("out", "up") if name in linears and (name == "out" or model.family != "gpt2")]
+        rerun_s = layers * sum(linears[name][0] for name in rerun)
+        rerun_flops = layers * 2.0 * tokens * sum(math.prod(block_linears(model)[name]) for name in rerun)
+    else:
+        rerun_s = checkpointed_blocks(run) * sum(f for f, _, _ in linears.values())
+        rerun_flops = checkpointed_blocks(run) * block_flops
+    recompute = (recompute_flops_per_token(run) - recompute_attention_flops_per_token(run)) * tokens
+    return forward, backward + rerun_s + (recompute - rerun_flops) / rate
+
+
 def recompute_flops_per_token(run: Run) -> float:
     """FLOPs the backward spends recomputing, per token: a block's forward (2 x its parameters + the
     causal flash forward) for each block recomputed whole; per-op selective, of the matmuls it does
@@ -224,16 +250,17 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     # the causal attention at its own measured rate (Profile.attention_rate), the matmuls at `rate`
     attention_rate = profile.attention_rate(model.head_dim, run.seq_len, peak) or rate
     model_flops = training_flops_per_token(model, run.seq_len) * tokens
-    attention, matmul = attention_flops_per_token(model, run.seq_len), 2.0 * flops_params(model)
+    attention = attention_flops_per_token(model, run.seq_len)
     recompute_attention = recompute_attention_flops_per_token(run)
     recompute_matmul = recompute_flops_per_token(run) - recompute_attention
     # the output layer's matmuls at their own rate where the vocabulary is misaligned (head_rate)
     output_rate = rate if profile.peak_flops else head_rate(model, rate, peak)  # peak_flops: a CPU's
     head_matmul = 2.0 * model.hidden_size * model.vocab_size
     slower = head_matmul * (1 / output_rate - 1 / rate)
-    forward_s = (matmul / rate + slower + FLASH_FORWARD_SHARE * attention / attention_rate) * tokens
-    backward_s = ((2 * matmul + recompute_matmul) / rate + 2 * slower
-                  + (FLASH_BACKWARD_SHARE * attention + recompute_attention) / attention_rate) * tokens
+    sms = topology.gpu_spec.sms if profile.gemm_form == "tiles" and not profile.peak_flops else 0
+    fwd_matmul_s, bwd_matmul_s = matmul_seconds(run, rate, output_rate, sms)
+    forward_s = fwd_matmul_s + FLASH_FORWARD_SHARE * attention / attention_rate * tokens
+    backward_s = bwd_matmul_s + (FLASH_BACKWARD_SHARE * attention + recompute_attention) / attention_rate * tokens
     compute_s = forward_s + backward_s
 
     # memory-bound passes (forward, backward bytes) and the optimizer step

@@ -1,0 +1,135 @@
+"""The block GEMMs by shape (Profile.gemm_form "tiles") against one rate for every GEMM ("one-rate"), each fitted from
+the designed calibration's one-H200 runs as `compile_accuracy.py --fit-eager` fits them, replayed on every one-H200
+bench train record of 2026-12-02/03; and the same with each record's mean SM clock taken as its GEMMs' clock.
+
+    python benchmarks/gemm_shape_check.py [--clock-ref 1720]
+
+Prints each form's fitted rates, the error over the records both forms price GPU-bound (all, without the fitted
+records, compiled, eager, by model), the steps of gemm-shape/run52 (predicted before they ran), and the records
+with a clock. No GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+
+from replay import RESULTS, finished  # noqa: E402
+
+from topowise.calibrate.fit import (  # noqa: E402
+    HOST_DOMINATED_FRACTION,
+    fit_compiled,
+    fit_host,
+    fit_step_time,
+    observation_from,
+    observations_from,
+    predictor,
+)
+from topowise.costmodel.profile import Profile, default_profile  # noqa: E402
+from topowise.measure.records import read_records  # noqa: E402
+from topowise.topology import load_topology  # noqa: E402
+
+H200 = RESULTS / "2026-12-02-h200x1"
+FITTED = ("design/run22/fit", "timelines/run8/compiled")
+PREDICT = predictor(load_topology("h200-x2"))
+
+
+def load(folder: Path) -> list[dict]:
+    return [r for f in sorted(folder.glob("*.jsonl")) for r in read_records(f, kind="train")]
+
+
+def fitted(form: str) -> Profile:
+    """The default profile's GPU rates fitted again in `form`, as the defaults were."""
+    base = replace(default_profile(), gemm_form=form)
+    obs = observations_from(load(H200 / FITTED[0]))
+    profile, bound = fit_host(base, [o for o in obs if not o.compile], PREDICT, None, "one H200")
+    device = [o for o in obs if o not in bound and not o.compile
+              and PREDICT(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
+    profile, result = fit_step_time(profile, device, PREDICT, "one H200", ["compute_efficiency", "activation_traffic"])
+    compiled, _ = fit_compiled(profile, observations_from(load(H200 / FITTED[1])), PREDICT, "one H200")
+    print(f"{form:9s} compute_efficiency {profile.compute_efficiency:.4f}  activation_traffic "
+          f"{profile.activation_traffic:.4f}  compiled {compiled.compiled_activation_traffic:.4f}  "
+          f"(fit rms {100 * result.rms_error:.2f}%)")
+    return replace(base, compute_efficiency=profile.compute_efficiency, activation_traffic=profile.activation_traffic,
+                   compiled_activation_traffic=compiled.compiled_activation_traffic)
+
+
+def line(name: str, errors: list[float]) -> str:
+    if not errors:
+        return f"{name} -"
+    return (f"{name} n={len(errors):3d} mean {100 * statistics.mean(map(abs, errors)):.2f}% "
+            f"signed {100 * statistics.mean(errors):+.2f}% worst {100 * max(map(abs, errors)):.1f}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clock-ref", type=float, default=1720.0,
+                        help="MHz the fitted rate is taken to hold at, for the clock-scaled replay")
+    args = parser.parse_args()
+    forms = {form: fitted(form) for form in ("one-rate", "tiles")}
+    rows = []
+    for path in sorted(RESULTS.glob("2026-12-0[23]-h200x1/**/*.jsonl")):
+        for r in finished([path]):
+            if r["micro_batch"] * r["seq_len"] <= 128 or r.get("engine", "pytorch") != "pytorch":
+                continue
+            o = observation_from(r)
+            rows.append((str(path.relative_to(RESULTS)), r, {k: PREDICT(p, o) for k, p in forms.items()}))
+
+    def err(r, p):
+        return p.step_time_s / r["step_time_s"] - 1
+
+    both = [(f, r, ps) for f, r, ps in rows if all(p.time.host_wait_s == 0 for p in ps.values())]
+    groups = {"every record both forms price GPU-bound": both,
+              "  less the records the rates were fitted from": [t for t in both if not any(s in t[0] for s in FITTED)],
+              "  compiled": [t for t in both if t[1].get("compile")],
+              "  eager": [t for t in both if not t[1].get("compile")]}
+    for name, group in groups.items():
+        print(name)
+        for form in forms:
+            print("    " + line(f"{form:9s}", [err(r, ps[form]) for _, r, ps in group]))
+    print("by model, signed mean (range):")
+    by = defaultdict(list)
+    for _, r, ps in both:
+        by[r["model"].split("/")[-1]].append({k: err(r, p) for k, p in ps.items()})
+    for model, es in sorted(by.items()):
+        print(f"  {model:24s} n={len(es):3d} " + "  ".join(
+            f"{k} {100 * statistics.mean(e[k] for e in es):+5.1f}% ({100 * min(e[k] for e in es):+.1f}.."
+            f"{100 * max(e[k] for e in es):+.1f})" for k in forms))
+    print("gemm-shape/run52, predicted before they ran (docs/results/2026-12-03-h200x1/gemm-shape/run52):")
+    for f, r, ps in rows:
+        if "run52" in f:
+            clock = (r.get("gpu_clocks") or [{}])[0].get("sm_mhz_mean", 0)
+            mode = "compiled" if r.get("compile") else "eager"
+            print(f"  {r['model'].split('/')[-1]:18s} {r['strategy']:5s} {r['micro_batch']}x{r['seq_len']} "
+                  f"{mode:8s} {1e3 * r['step_time_s']:6.1f} ms at {clock:4.0f} MHz"
+                  + "".join(f"  {k} {100 * err(r, p):+5.1f}%" for k, p in ps.items()))
+    print(f"records with a recorded SM clock, host wait under 2% of the step; '@clock': compute_efficiency x clock / "
+          f"{args.clock_ref:.0f} MHz")
+    clocked = defaultdict(list)
+    for f, r, ps in rows:
+        clock = (r.get("gpu_clocks") or [{}])[0].get("sm_mhz_mean")
+        if not clock or "trace" in f:
+            continue
+        scaled = {f"{k}@clock": PREDICT(replace(p, compute_efficiency=p.compute_efficiency * clock / args.clock_ref),
+                                        observation_from(r)) for k, p in forms.items()}
+        every = dict(ps, **scaled)
+        if any(p.time.host_wait_s > 0.02 * p.step_time_s for p in every.values()):
+            continue
+        for k, p in every.items():
+            clocked[k].append((err(r, p), "run52" in f))
+    for k, es in clocked.items():
+        print("    " + line(f"{k:15s}", [e for e, _ in es]) + "   run52: "
+              + line("", [e for e, new in es if new]).strip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
