@@ -4,14 +4,17 @@ bench train record of 2026-12-02/03; and the same with each record's mean SM clo
 
     python benchmarks/gemm_shape_check.py [--clock-ref 1720]
 
-Prints each form's fitted rates, the error over the records both forms price GPU-bound (all, without the fitted
-records, compiled, eager, by model), the steps of gemm-shape/run52 (predicted before they ran), and the records
-with a clock. No GPU.
+Prints, first, what best rate the GEMM kernels of each traced step of gemm-shape/run53 ask for, with each GEMM's
+share raised to each exponent (1: the shares as timed alone; 0: one rate for all): the exponent that makes it
+one rate for every width is the power limit's. Then each form's fitted rates, the error over the records both forms
+price GPU-bound (all, without the fitted records, compiled, eager, by model), the steps of gemm-shape/run52
+(predicted before they ran), and the records with a clock. No GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -33,8 +36,11 @@ from topowise.calibrate.fit import (  # noqa: E402
     observations_from,
     predictor,
 )
+from topowise.costmodel import gemm  # noqa: E402
+from topowise.costmodel.flops import flops_params  # noqa: E402
 from topowise.costmodel.profile import Profile, default_profile  # noqa: E402
 from topowise.measure.records import read_records  # noqa: E402
+from topowise.models.spec import load_model  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
 
 H200 = RESULTS / "2026-12-02-h200x1"
@@ -44,6 +50,26 @@ PREDICT = predictor(load_topology("h200-x2"))
 
 def load(folder: Path) -> list[dict]:
     return [r for f in sorted(folder.glob("*.jsonl")) for r in read_records(f, kind="train")]
+
+
+TRACED = RESULTS / "2026-12-03-h200x1/gemm-shape/run53"
+TRACED_STEPS = (("smollm2-360m", "benchmarks/configs/smollm2-360m.json", 8 * 4096),
+                ("smollm2-135m", "benchmarks/configs/smollm2-135m.json", 16 * 4096),
+                ("llama3.2-1b", "llama3.2-1b", 2 * 4096))
+
+
+def traced_best_rates(exponent: float) -> list[float]:
+    """Per traced step, the best rate (of the datasheet peak) at which the modelled matmuls take what its GEMM kernels
+    took: the block Linears by shape ^ exponent, the output layer and the rest at the best rate."""
+    rates = []
+    for name, model_name, tokens in TRACED_STEPS:
+        traced = json.loads((TRACED / f"kernels-{name}.json").read_text())["classes"]["matmul"]
+        model = load_model(str(ROOT / model_name) if model_name.endswith(".json") else model_name)
+        blocks = sum(sum(p) for p in gemm.block_matmul_seconds(model, tokens, 1.0, 132, exponent).values())
+        block_flops = 6.0 * tokens * sum(o * i for o, i in gemm.block_linears(model).values())
+        rest = 6.0 * flops_params(model) * tokens - model.num_layers * block_flops
+        rates.append((model.num_layers * blocks + rest) / traced / 989e12)
+    return rates
 
 
 def fitted(form: str) -> Profile:
@@ -74,6 +100,10 @@ def main() -> int:
     parser.add_argument("--clock-ref", type=float, default=1720.0,
                         help="MHz the fitted rate is taken to hold at, for the clock-scaled replay")
     args = parser.parse_args()
+    print("the best rate each traced step's GEMM kernels ask for (gemm-shape/run53: "
+          + ", ".join(n for n, _, _ in TRACED_STEPS) + ")")
+    for exponent in (1.0, gemm.POWER_LIMIT_EXPONENT, 0.0):
+        print(f"  shares ^ {exponent:.2f}: " + "  ".join(f"{r:.3f}" for r in traced_best_rates(exponent)))
     forms = {form: fitted(form) for form in ("one-rate", "tiles")}
     rows = []
     for path in sorted(RESULTS.glob("2026-12-0[23]-h200x1/**/*.jsonl")):

@@ -72,16 +72,15 @@ def kernel_rows():
 
 def test_the_count_follows_the_kernels_timed_on_one_h200():
     """Every eager block of kernels/run17, recompute/run35 and qk-norm/run47 (nine configs, both precisions, 8192
-    tokens): the measured kernels take 1.04-1.20 of the model's term (Qwen3's q/k norms at what they took alone),
-    one level within 16% for all, where the saved-bytes term of earlier profiles ran 0.53-1.46. The level is the
-    fitted traffic's: the designed fit prices the kernels at 0.84-0.97 of what they take alone (with one rate for
-    every GEMM it gave 0.92-1.11). Mistral NeMo's block (head_dim 128 of 5120) and Qwen3's were measured after the
-    count was written."""
+    tokens): the measured kernels take 0.97-1.14 of the model's term (Qwen3's q/k norms at what they took alone),
+    one level within 18% for all, where the saved-bytes term of earlier profiles ran 0.53-1.46. The level is the
+    fitted traffic's (with one rate for every GEMM the designed fit gave 0.92-1.11). Mistral NeMo's block (head_dim
+    128 of 5120) and Qwen3's were measured after the count was written."""
     eager = [(m, label, (fwd + bwd) / modelled, (fwd + bwd) / saved)
              for m, label, fwd, bwd, modelled, _, _, saved in kernel_rows() if "compiled" not in label]
     assert len(eager) == 38
     ratios = [r for _, _, r, _ in eager]
-    assert 1.03 < min(ratios) and max(ratios) < 1.20 and max(ratios) / min(ratios) < 1.16
+    assert 0.96 < min(ratios) and max(ratios) < 1.15 and max(ratios) / min(ratios) < 1.18
     saved = [s for _, _, _, s in eager]
     assert min(saved) < 0.54 and max(saved) > 1.4 and max(saved) / min(saved) > 2.7
 
@@ -127,8 +126,8 @@ def test_a_profile_fitted_per_saved_byte_is_read_so():
 
 
 def test_the_readme_figures_of_the_counted_term_hold():
-    """README: "the 113 one-H200 records the model prices GPU-bound, 1.61% mean; the 25 compiled ones 1.22%, worst
-    6.3%": every bench train record of 2026-12-02/03 above 128 tokens under PyTorch's engine (a new run adds to the
+    """README: "the 114 one-H200 records the model prices GPU-bound, 1.73% mean; the 25 compiled ones 1.26%, worst
+    6.7%": every bench train record of 2026-12-02/03 above 128 tokens under PyTorch's engine (a new run adds to the
     count), replayed through the default profile. Fourteen of them are the runs the rates were fitted from
     (design/run22/fit, timelines/run8/compiled); the README says so and gives the figures without them."""
     from replay import RESULTS, finished
@@ -144,7 +143,7 @@ def test_the_readme_figures_of_the_counted_term_hold():
         if p.time.host_wait_s == 0:
             errors[bool(r.get("compile"))].append(p.step_time_s / r["step_time_s"] - 1)
     both = errors[False] + errors[True]
-    assert len(both) == 113 and round(100 * sum(map(abs, both)) / len(both), 2) <= 1.61
+    assert len(both) == 114 and round(100 * sum(map(abs, both)) / len(both), 2) <= 1.73
     compiled = errors[True]
-    assert len(compiled) == 25 and round(100 * sum(map(abs, compiled)) / 25, 2) <= 1.22
-    assert round(100 * max(map(abs, compiled)), 1) <= 6.3
+    assert len(compiled) == 25 and round(100 * sum(map(abs, compiled)) / 25, 2) <= 1.26
+    assert round(100 * max(map(abs, compiled)), 1) <= 6.7

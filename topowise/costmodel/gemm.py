@@ -18,6 +18,14 @@ Measured on one H200, each block GEMM of six models timed alone per pass at 8192
 `benchmarks/gemm_tiles.py`: the forward and input-gradient GEMMs 2.7% rms (one rate for all: 7.3%), the weight
 gradients 4.7% (6.9%); docs/calibration.md, "The GEMM rate by shape". Tile and SM count are the GPU's
 (hardware.GpuSpec.sms); a GPU whose SM count is not known runs every GEMM at compute_efficiency.
+
+Those shares are what a GEMM reaches alone, in a burst, at the full SM clock. A training step holds the GPU at its
+power limit, where a GEMM that keeps more of the SMs busy draws more and is clocked down more: held for seconds at
+700 W, six GEMMs ran at 0.748 x (their burst share) ^ 0.49 (benchmarks `gemm_clock.py`,
+docs/results/2026-12-03-h200x1/gemm-shape/run52). So in a step a GEMM runs at compute_efficiency x share ^
+POWER_LIMIT_EXPONENT: in three traced steps (576-2048 wide) the GEMM kernels' time asks for the same
+compute_efficiency within 0.4% with the exponent at 0.5, where the shares taken whole ask for 0.834-0.905 and one
+rate for all for 0.714-0.778 (gemm-shape/run53).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ BEST_ALONE = 0.865  # the fit's best rate timed alone, of the datasheet peak (a 
 K0 = 184  # reduction length at which a tile's fixed cost halves its rate
 T1 = 12  # the weight gradient's split form: tiles at which it reaches half its rate (E_w 0.810)
 WEIGHT_GRAD_SHARE = 0.810 / 0.865  # the split form's rate over the tile form's, as fitted
+POWER_LIMIT_EXPONENT = 0.49  # in a step at the power limit: rate ~ share ^ this (gemm_clock.py, run52)
 
 
 def block_linears(model: ModelSpec) -> dict[str, tuple[int, int]]:
@@ -55,16 +64,20 @@ def weight_grad_share(out: int, inp: int) -> float:
     return WEIGHT_GRAD_SHARE * tiles / (tiles + T1)
 
 
-def linear_seconds(out: int, inp: int, tokens: int, rate: float, sms: int) -> tuple[float, float, float]:
-    """(forward, input gradient, weight gradient) seconds of one Linear at `tokens` rows, `rate` the best rate in
-    FLOP/s; every pass at `rate` when the SM count is not known (sms 0)."""
+def linear_seconds(out: int, inp: int, tokens: int, rate: float, sms: int,
+                   exponent: float = POWER_LIMIT_EXPONENT) -> tuple[float, float, float]:
+    """(forward, input gradient, weight gradient) seconds of one Linear at `tokens` rows in a step, `rate` the best
+    rate in FLOP/s, each pass at `rate` x its share ^ `exponent`; every pass at `rate` when the SM count is not
+    known (sms 0)."""
     flops = 2.0 * tokens * out * inp
     if not sms:
         return flops / rate, flops / rate, flops / rate
-    return (flops / (rate * tile_share(tokens, out, inp, sms)), flops / (rate * tile_share(tokens, inp, out, sms)),
-            flops / (rate * weight_grad_share(out, inp)))
+    shares = (tile_share(tokens, out, inp, sms), tile_share(tokens, inp, out, sms), weight_grad_share(out, inp))
+    return tuple(flops / (rate * share ** exponent) for share in shares)
 
 
-def block_matmul_seconds(model: ModelSpec, tokens: int, rate: float, sms: int) -> dict[str, tuple[float, ...]]:
+def block_matmul_seconds(model: ModelSpec, tokens: int, rate: float, sms: int,
+                         exponent: float = POWER_LIMIT_EXPONENT) -> dict[str, tuple[float, ...]]:
     """linear_seconds of each block Linear, by name."""
-    return {name: linear_seconds(out, inp, tokens, rate, sms) for name, (out, inp) in block_linears(model).items()}
+    return {name: linear_seconds(out, inp, tokens, rate, sms, exponent)
+            for name, (out, inp) in block_linears(model).items()}
