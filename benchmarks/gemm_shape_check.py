@@ -4,11 +4,12 @@ bench train record of 2026-12-02/03; and the same with each record's mean SM clo
 
     python benchmarks/gemm_shape_check.py [--clock-ref 1720]
 
-Prints, first, what best rate the GEMM kernels of each traced step of gemm-shape/run53 ask for, with each GEMM's
-share raised to each exponent (1: the shares as timed alone; 0: one rate for all): the exponent that makes it
-one rate for every width is the power limit's. Then each form's fitted rates, the error over the records both forms
-price GPU-bound (all, without the fitted records, compiled, eager, by model), the steps of gemm-shape/run52
-(predicted before they ran), and the records with a clock. No GPU.
+Prints, first, what best rate the GEMM kernels of each traced step of gemm-shape/run53 and run54 ask for, with each
+GEMM's share raised to each exponent (1: the shares as timed alone; 0: one rate for all): the exponent that makes it
+one rate for every width is the power limit's; and each step against its kernels, each of the default profile's
+terms against theirs. Then each form's fitted rates, the error over the records both forms price GPU-bound (all,
+without the fitted records, compiled, eager, by model), the steps of gemm-shape/run52 (predicted before they ran),
+and the records with a clock. No GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 from replay import RESULTS, finished  # noqa: E402
 
+from topowise.calibrate.design import design_models  # noqa: E402
 from topowise.calibrate.fit import (  # noqa: E402
     HOST_DOMINATED_FRACTION,
     fit_compiled,
@@ -37,10 +39,17 @@ from topowise.calibrate.fit import (  # noqa: E402
     predictor,
 )
 from topowise.costmodel import gemm  # noqa: E402
-from topowise.costmodel.flops import flops_params  # noqa: E402
+from topowise.costmodel.flops import (  # noqa: E402
+    FLASH_BACKWARD_SHARE,
+    FLASH_FORWARD_SHARE,
+    attention_flops_per_token,
+    flops_params,
+)
+from topowise.costmodel.predict import predict  # noqa: E402
 from topowise.costmodel.profile import Profile, default_profile  # noqa: E402
 from topowise.measure.records import read_records  # noqa: E402
 from topowise.models.spec import load_model  # noqa: E402
+from topowise.run import Run  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
 
 H200 = RESULTS / "2026-12-02-h200x1"
@@ -52,24 +61,63 @@ def load(folder: Path) -> list[dict]:
     return [r for f in sorted(folder.glob("*.jsonl")) for r in read_records(f, kind="train")]
 
 
-TRACED = RESULTS / "2026-12-03-h200x1/gemm-shape/run53"
-TRACED_STEPS = (("smollm2-360m", "benchmarks/configs/smollm2-360m.json", 8 * 4096),
-                ("smollm2-135m", "benchmarks/configs/smollm2-135m.json", 16 * 4096),
-                ("llama3.2-1b", "llama3.2-1b", 2 * 4096))
+SHAPE = RESULTS / "2026-12-03-h200x1/gemm-shape"
+# (run, step, model: a preset, a config under benchmarks/configs or a design config, micro-batch, sequence), ddp
+TRACED_STEPS = (("run54", "cal-h2048-l8", "design:cal-h2048-l8", 1, 8192),
+                ("run54", "cal-h1536-l12", "design:cal-h1536-l12", 2, 4096),
+                ("run54", "cal-h1024-l16", "design:cal-h1024-l16", 8, 2048),
+                ("run53", "smollm2-360m", "benchmarks/configs/smollm2-360m.json", 8, 4096),
+                ("run53", "smollm2-135m", "benchmarks/configs/smollm2-135m.json", 16, 4096),
+                ("run53", "llama3.2-1b", "llama3.2-1b", 2, 4096))
+
+
+def traced_model(name: str):
+    if name.startswith("design:"):
+        return design_models()[name.split(":", 1)[1]]
+    return load_model(str(ROOT / name) if name.endswith(".json") else name)
+
+
+def traced_classes(run: str, step: str) -> dict[str, float]:
+    return json.loads((SHAPE / run / f"kernels-{step}.json").read_text())["classes"]
 
 
 def traced_best_rates(exponent: float) -> list[float]:
     """Per traced step, the best rate (of the datasheet peak) at which the modelled matmuls take what its GEMM kernels
     took: the block Linears by shape ^ exponent, the output layer and the rest at the best rate."""
     rates = []
-    for name, model_name, tokens in TRACED_STEPS:
-        traced = json.loads((TRACED / f"kernels-{name}.json").read_text())["classes"]["matmul"]
-        model = load_model(str(ROOT / model_name) if model_name.endswith(".json") else model_name)
+    for run, step, model_name, micro_batch, seq_len in TRACED_STEPS:
+        traced = traced_classes(run, step)["matmul"]
+        model, tokens = traced_model(model_name), micro_batch * seq_len
         blocks = sum(sum(p) for p in gemm.block_matmul_seconds(model, tokens, 1.0, 132, exponent).values())
         block_flops = 6.0 * tokens * sum(o * i for o, i in gemm.block_linears(model).values())
         rest = 6.0 * flops_params(model) * tokens - model.num_layers * block_flops
         rates.append((model.num_layers * blocks + rest) / traced / 989e12)
     return rates
+
+
+def traced_terms() -> None:
+    """Each traced step's time against its kernels, and each of the default profile's terms against its kernels."""
+    topology = load_topology("h200-x2")
+    profile = default_profile()
+    print(f"  {'step':14s} {'step ms':>7s} {'kernels':>7s} {'beyond':>6s}   model / traced: {'matmul':>6s} "
+          f"{'attention':>9s} {'memory-bound':>12s} {'optimizer':>9s}   model GPU / step")
+    for run, step, model_name, micro_batch, seq_len in TRACED_STEPS:
+        k = traced_classes(run, step)
+        measured = next(r["step_time_s"] for r in read_records(SHAPE / run / "train-traced.jsonl", kind="train")
+                        if r["model"].split("/")[-1] == traced_model(model_name).name.split("/")[-1])
+        spec = traced_model(model_name)
+        p = predict(Run(model=spec, gpus=(0,), strategy="ddp", micro_batch=micro_batch, seq_len=seq_len), topology,
+                    profile)
+        peak = topology.gpu_spec.bf16_dense_flops
+        attention = ((FLASH_FORWARD_SHARE + FLASH_BACKWARD_SHARE) * attention_flops_per_token(spec, seq_len)
+                     * micro_batch * seq_len / profile.attention_rate(spec.head_dim, seq_len, peak))
+        memory_bound = k["elementwise/other"] + k["loss"] + k["copy/set"]
+        kernels = sum(k.values())
+        gpu = p.time.compute_s + p.time.memory_bound_s + p.time.optimizer_s
+        print(f"  {step:14s} {1e3 * measured:7.1f} {1e3 * kernels:7.1f} {100 * (measured / kernels - 1):5.1f}%"
+              f"   {'':15s} {(p.time.compute_s - attention) / k['matmul']:6.3f} {attention / k['attention']:9.3f} "
+              f"{p.time.memory_bound_s / memory_bound:12.3f} {p.time.optimizer_s / k['optimizer']:9.3f}   "
+              f"{gpu / measured:.3f}")
 
 
 def fitted(form: str) -> Profile:
@@ -100,10 +148,12 @@ def main() -> int:
     parser.add_argument("--clock-ref", type=float, default=1720.0,
                         help="MHz the fitted rate is taken to hold at, for the clock-scaled replay")
     args = parser.parse_args()
-    print("the best rate each traced step's GEMM kernels ask for (gemm-shape/run53: "
-          + ", ".join(n for n, _, _ in TRACED_STEPS) + ")")
+    print("the best rate each traced step's GEMM kernels ask for (gemm-shape/run54, run53: "
+          + ", ".join(step for _, step, _, _, _ in TRACED_STEPS) + ")")
     for exponent in (1.0, gemm.POWER_LIMIT_EXPONENT, 0.0):
         print(f"  shares ^ {exponent:.2f}: " + "  ".join(f"{r:.3f}" for r in traced_best_rates(exponent)))
+    print("the traced steps against their kernels, and the default profile's terms against theirs")
+    traced_terms()
     forms = {form: fitted(form) for form in ("one-rate", "tiles")}
     rows = []
     for path in sorted(RESULTS.glob("2026-12-0[23]-h200x1/**/*.jsonl")):

@@ -102,9 +102,9 @@ def test_a_profile_fitted_with_one_rate_is_read_so():
 
 
 def test_the_power_limit_exponent_is_the_probes_and_holds_in_traced_steps():
-    """gemm-shape/run52's gemm_clock.py: six GEMMs held at the 700 W limit ran at 0.748 x burst ^ 0.49; in the three
-    traced steps of run53 (576-2048 wide) the GEMM kernels ask for one best rate within 1% with that exponent,
-    and for rates 8% apart or more with the shares whole or with one rate for all."""
+    """gemm-shape/run52's gemm_clock.py: six GEMMs held at the 700 W limit ran at 0.748 x burst ^ 0.49; in the six
+    traced steps of run53 and run54 (576-2048 wide) the GEMM kernels ask for one best rate within 1% with that
+    exponent, and for rates 8% apart or more with the shares whole or with one rate for all."""
     probe = json.loads((ROOT / "docs/results/2026-12-03-h200x1/gemm-shape/run52/gemm_clock.json").read_text())
     xs = [math.log(r["burst_rate"]) for r in probe]
     ys = [math.log(r["sustained_rate"]) for r in probe]
@@ -119,5 +119,6 @@ def test_the_power_limit_exponent_is_the_probes_and_holds_in_traced_steps():
     def spread(rates):
         return max(rates) / min(rates) - 1
 
+    assert len(traced_best_rates(1.0)) == 6
     assert spread(traced_best_rates(gemm.POWER_LIMIT_EXPONENT)) < 0.01
     assert spread(traced_best_rates(1.0)) > 0.08 and spread(traced_best_rates(0.0)) > 0.08
