@@ -21,8 +21,8 @@ gradients 4.7% (6.9%); docs/calibration.md, "The GEMM rate by shape". Tile and S
 
 Those shares are what a GEMM reaches alone, in a burst, at the full SM clock. A training step holds the GPU at its
 power limit, where a GEMM that keeps more of the SMs busy draws more and is clocked down more: held for seconds at
-700 W, six GEMMs ran at 0.748 x (their burst share) ^ 0.49 (benchmarks `gemm_clock.py`,
-docs/results/2026-12-03-h200x1/gemm-shape/run52). So in a step a GEMM runs at compute_efficiency x share ^
+700 W, six GEMMs ran at 0.748 x (their burst rate, of the peak) ^ 0.49 (docs/results/2026-12-03-h200x1/gemm-shape/
+run52, gemm_clock.py). So in a step a GEMM runs at compute_efficiency x share ^
 POWER_LIMIT_EXPONENT: in six traced steps (576-2048 wide) the GEMM kernels' time asks for the same
 compute_efficiency within 0.9% with this exponent, where the shares taken whole ask for 0.823-0.905 and one rate
 for all for 0.714-0.778 (gemm-shape/run53, run54).

@@ -157,9 +157,9 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # what compiling saved beside each eager twin: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3
 # 179.9 -> 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/
 # run8); rms error 0.6% (1.6807 with one rate for every GEMM, 2026-12-03). Compiling saved less in the step than
-# the fused kernels timed alone say (they ran at
-# 0.57-0.72 of this term on llama3.2-1b's block, recompute/run35): what else compiling changes in a step is not
-# itemized. (Per saved byte, the form before the kernels were counted: 7.5592; the earlier transformer's 6.09.)
+# the fused kernels timed alone say (they ran at 0.57-0.72 of this term on llama3.2-1b's block, recompute/run35):
+# what else compiling changes in a step is not itemized. (Per saved byte, the form before the kernels were counted:
+# 7.5592; the earlier transformer's 6.09.)
 COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
                           "against the eager rates of the designed fit (H200_MODEL_FIT)")
 COMPILED_ACTIVATION_TRAFFIC = 1.5502
@@ -231,8 +231,9 @@ _SOURCES = {
     "activation_traffic": H200_MODEL_FIT,
     "elementwise_form": ("kernels: the blocks' elementwise work counted kernel by kernel (costmodel/elementwise.py; "
                          "docs/calibration.md, \"The elementwise kernels, counted\")"),
-    "gemm_form": ("tiles: each block Linear's passes at the share of the best rate its output tiles and reduction "
-                  "length reach (costmodel/gemm.py; docs/calibration.md, \"The GEMM rate by shape\")"),
+    "gemm_form": ("tiles: each block Linear's passes at the best rate x the share its output tiles and reduction "
+                  "length reach ^ 0.49, the power limit's (costmodel/gemm.py; docs/calibration.md, \"The GEMM rate "
+                  "by shape, in the model\")"),
     "overlap.ddp": H200_OVERLAP_FIT,
     "overlap.zero1": f"{H200_OVERLAP_FIT} (at its bound)",
     "overlap.zero2": H200_OVERLAP_FIT,
@@ -300,8 +301,8 @@ class Profile:
     compute_efficiency: float = 0.7361  # achieved / datasheet bf16 peak: the matmuls' best (gemm_form; all FLOPs if no
     # attention term)
     # what compute_efficiency is the rate of: "tiles", a GEMM that fills every wave of its tiles and reduces without
-    # end (the block Linears reach a share of it by their shape: costmodel/gemm.py); "one-rate", every matmul (every
-    # profile fitted before 2026-12-04, which is read so)
+    # end (the block Linears reach a share of it by their shape: costmodel/gemm.py); "one-rate", every matmul (a
+    # profile file with compute_efficiency and no gemm_form, as every one fitted before the shape form, is read so)
     gemm_form: str = "tiles"
     # the causal attention's achieved fraction of the peak by head dim ("64" -> e), at sequence T times
     # T / (T + attention_seq_offset); empty: attention runs at compute_efficiency like the matmuls (the

@@ -3,9 +3,10 @@
     step_time = compute + memory-bound work + optimizer step + exposed communication
 
 - compute: the matmuls' hardware FLOPs per token (flops.py, 6 N) x tokens per GPU at datasheet bf16 peak x
-  Profile.compute_efficiency, each block Linear's forward, input gradient and weight gradient at the share of that
-  rate its shape reaches (gemm.py: output tiles in waves over the SMs, the reduction's length, split-K for small
-  weights; every matmul at the one rate for a profile of gemm_form "one-rate"), and the causal attention's
+  Profile.compute_efficiency, each block Linear's forward, input gradient and weight gradient at that rate x the
+  share its shape reaches alone ^ 0.49 (gemm.py: output tiles in waves over the SMs, the reduction's length, split-K
+  for small weights; the exponent is the power limit's, which clocks down most the GEMMs that fill the GPU most;
+  every matmul at the one rate for a profile of gemm_form "one-rate"), and the causal attention's
   (7 L H Q T) at Profile.attention_rate, measured apart: slower than the matmuls and faster at longer sequences (one
   rate for both when the profile has no attention term). Forward is a third of the matmul FLOPs and 2 of attention's
   7, backward the rest plus what checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every
@@ -155,8 +156,9 @@ def head_rate(model, rate: float, peak: float) -> float:
 
 def matmul_seconds(run: Run, rate: float, output_rate: float, sms: int) -> tuple[float, float]:
     """(forward, backward) seconds of the matmuls in one step, the backward's with what checkpointing recomputes.
-    Each block Linear's passes at `rate` x the share its shape reaches on `sms` SMs (gemm.py; every pass at `rate`
-    when sms is 0), the output layer at `output_rate`, the rest of the parameters' FLOPs (norms) at `rate`."""
+    Each block Linear's passes at `rate` x the share its shape reaches on `sms` SMs ^ the power limit's exponent
+    (gemm.linear_seconds; every pass at `rate` when sms is 0), the output layer at `output_rate`, the rest of the
+    parameters' FLOPs (norms) at `rate`."""
     model, tokens = run.model, run.tokens
     layers, head = model.num_layers, 2.0 * model.hidden_size * model.vocab_size * tokens
     linears = block_matmul_seconds(model, tokens, rate, sms)
