@@ -6,8 +6,8 @@ bench train record of 2026-12-02/03; and the same with each record's mean SM clo
 
 Prints, first, what best rate the GEMM kernels of each traced step of gemm-shape/run53 and run54 ask for, with each
 GEMM's share raised to each exponent (1: the shares as timed alone; 0: one rate for all): the exponent that makes it
-one rate for every width is the power limit's; and each step against its kernels, each of the default profile's
-terms against theirs. Then each form's fitted rates, the error over the records both forms price GPU-bound (all,
+one rate for every width is the power limit's; and each of the default profile's terms against its kernels in
+those steps. Then each form's fitted rates, the error over the records both forms price GPU-bound (all,
 without the fitted records, compiled, eager, by model), the steps of gemm-shape/run52 (predicted before they ran),
 and the records with a clock. No GPU.
 """
@@ -96,10 +96,11 @@ def traced_best_rates(exponent: float) -> list[float]:
 
 
 def traced_terms() -> None:
-    """Each traced step's time against its kernels, and each of the default profile's terms against its kernels."""
+    """Each of the default profile's terms against its kernels in each traced step (the kernels' seconds summed by
+    class, as trace_kernels.py sums them), and the modelled GPU time against the step."""
     topology = load_topology("h200-x2")
     profile = default_profile()
-    print(f"  {'step':14s} {'step ms':>7s} {'kernels':>7s} {'beyond':>6s}   model / traced: {'matmul':>6s} "
+    print(f"  {'step':14s} {'step ms':>7s}   model / traced: {'matmul':>6s} "
           f"{'attention':>9s} {'memory-bound':>12s} {'optimizer':>9s}   model GPU / step")
     for run, step, model_name, micro_batch, seq_len in TRACED_STEPS:
         k = traced_classes(run, step)
@@ -112,12 +113,11 @@ def traced_terms() -> None:
         attention = ((FLASH_FORWARD_SHARE + FLASH_BACKWARD_SHARE) * attention_flops_per_token(spec, seq_len)
                      * micro_batch * seq_len / profile.attention_rate(spec.head_dim, seq_len, peak))
         memory_bound = k["elementwise/other"] + k["loss"] + k["copy/set"]
-        kernels = sum(k.values())
         gpu = p.time.compute_s + p.time.memory_bound_s + p.time.optimizer_s
-        print(f"  {step:14s} {1e3 * measured:7.1f} {1e3 * kernels:7.1f} {100 * (measured / kernels - 1):5.1f}%"
-              f"   {'':15s} {(p.time.compute_s - attention) / k['matmul']:6.3f} {attention / k['attention']:9.3f} "
-              f"{p.time.memory_bound_s / memory_bound:12.3f} {p.time.optimizer_s / k['optimizer']:9.3f}   "
-              f"{gpu / measured:.3f}")
+        matmul = p.time.compute_s - attention
+        print(f"  {step:14s} {1e3 * measured:7.1f}   {'':15s} {matmul / k['matmul']:6.3f} "
+              f"{attention / k['attention']:9.3f} {p.time.memory_bound_s / memory_bound:12.3f} "
+              f"{p.time.optimizer_s / k['optimizer']:9.3f}   {gpu / measured:.3f}")
 
 
 def fitted(form: str) -> Profile:
@@ -152,7 +152,7 @@ def main() -> int:
           + ", ".join(step for _, step, _, _, _ in TRACED_STEPS) + ")")
     for exponent in (1.0, gemm.POWER_LIMIT_EXPONENT, 0.0):
         print(f"  shares ^ {exponent:.2f}: " + "  ".join(f"{r:.3f}" for r in traced_best_rates(exponent)))
-    print("the traced steps against their kernels, and the default profile's terms against theirs")
+    print("the default profile's terms against their kernels in the traced steps")
     traced_terms()
     forms = {form: fitted(form) for form in ("one-rate", "tiles")}
     rows = []
