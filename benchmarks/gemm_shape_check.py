@@ -103,10 +103,9 @@ def traced_terms() -> None:
     print(f"  {'step':14s} {'step ms':>7s}   model / traced: {'matmul':>6s} "
           f"{'attention':>9s} {'memory-bound':>12s} {'optimizer':>9s}   model GPU / step")
     for run, step, model_name, micro_batch, seq_len in TRACED_STEPS:
-        k = traced_classes(run, step)
+        k, spec = traced_classes(run, step), traced_model(model_name)
         measured = next(r["step_time_s"] for r in read_records(SHAPE / run / "train-traced.jsonl", kind="train")
-                        if r["model"].split("/")[-1] == traced_model(model_name).name.split("/")[-1])
-        spec = traced_model(model_name)
+                        if r["model"].split("/")[-1] == spec.name.split("/")[-1])
         p = predict(Run(model=spec, gpus=(0,), strategy="ddp", micro_batch=micro_batch, seq_len=seq_len), topology,
                     profile)
         peak = topology.gpu_spec.bf16_dense_flops

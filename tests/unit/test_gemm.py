@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # gemm_tiles.py and gemm_shape_check.py read the records
 RUN16 = ROOT / "docs/results/2026-12-02-h200x1/kernels/run16/kr/kernel_rates.jsonl"
 H200X2 = load_topology("h200-x2")
 E = gemm.BEST_ALONE
@@ -44,10 +46,6 @@ def test_without_an_sm_count_every_pass_runs_at_the_rate():
 
 def kernel_rows() -> list[tuple[str, float, float]]:
     """(pass, the form's rate, the measured rate) of every block GEMM of run16, both as shares of the datasheet."""
-    sys_path = str(ROOT / "benchmarks")
-    import sys
-    if sys_path not in sys.path:
-        sys.path.insert(0, sys_path)
     from gemm_tiles import observations
 
     rows = []
@@ -112,8 +110,6 @@ def test_the_power_limit_exponent_is_the_probes_and_holds_in_traced_steps():
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     assert round(slope, 2) == gemm.POWER_LIMIT_EXPONENT
 
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from gemm_shape_check import traced_best_rates
 
     def spread(rates):

@@ -161,16 +161,16 @@ def matmul_seconds(run: Run, rate: float, output_rate: float, sms: int) -> tuple
     parameters' FLOPs (norms) at `rate`."""
     model, tokens = run.model, run.tokens
     layers, head = model.num_layers, 2.0 * model.hidden_size * model.vocab_size * tokens
-    linears = block_matmul_seconds(model, tokens, rate, sms)
-    block_flops = 2.0 * tokens * sum(out * inp for out, inp in block_linears(model).values())
+    shapes, linears = block_linears(model), block_matmul_seconds(model, tokens, rate, sms)
+    block_flops = 2.0 * tokens * sum(out * inp for out, inp in shapes.values())
     other = 2.0 * flops_params(model) * tokens - head - layers * block_flops
     forward = layers * sum(f for f, _, _ in linears.values()) + head / output_rate + other / rate
     backward = layers * sum(dx + dw for _, dx, dw in linears.values()) + 2 * head / output_rate + 2 * other / rate
     # checkpointing's rerun: the forward passes of the Linears it recomputes, the rest of its FLOPs at `rate`
     if run.per_op_checkpointing:
-        rerun = [name for name in ("out", "up") if name in linears and (name == "out" or model.family != "gpt2")]
+        rerun = ("out",) if model.family == "gpt2" else ("out", "up")  # as recompute_flops_per_token counts them
         rerun_s = layers * sum(linears[name][0] for name in rerun)
-        rerun_flops = layers * 2.0 * tokens * sum(math.prod(block_linears(model)[name]) for name in rerun)
+        rerun_flops = layers * 2.0 * tokens * sum(math.prod(shapes[name]) for name in rerun)
     else:
         rerun_s = checkpointed_blocks(run) * sum(f for f, _, _ in linears.values())
         rerun_flops = checkpointed_blocks(run) * block_flops
