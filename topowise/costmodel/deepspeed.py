@@ -41,8 +41,10 @@ communication_data_type says otherwise, where FSDP2 here reduce-scatters fp32):
 - zero3: a bf16 all-gather per gathered module (4 Linear modules per block in the bench
   transformer) in forward and again in backward, prefetched; the root tensor(s) (embedding, output
   layer; once when tied) at their use; bf16 gradients reduce-scattered per reduce bucket.
-Memory-bound copies: each bf16 gradient into the reduce bucket (2+2 bytes per parameter), the
-partition's gradient to fp32 (2+4 per local parameter) and the fp32 master back to bf16 (4+2).
+Memory-bound copies: each bf16 gradient into the reduce bucket (2+2 bytes per parameter); in the step, the
+partition's gradient to fp32 (2+4 per local parameter) and the fp32 master back to bf16 (4+2), and under ZeRO-1/2
+the overflow check (amax and amin of each bf16 gradient), the gradient norm over an fp64 copy and the partition's
+gradients flattened, each at the rate it ran at in a traced step (ZERO12_STEP_KERNELS).
 Host: DeepSpeed's Python side (its hooks, its optimizer step over flat partitions) priced per phase
 from bench train's host times at 128 tokens (Profile.deepspeed_host_s; docs/deepspeed.md).
 """
@@ -89,6 +91,19 @@ DEFAULT_PERSISTENCE = 100_000  # stage3_param_persistence_threshold, elements
 GRAD_TO_BUCKET_BYTES = 2 + 2  # bf16 gradient copied into the reduce bucket
 GRAD_TO_FP32_BYTES = 2 + 4  # bf16 gradient partition read, fp32 written
 MASTER_TO_BF16_BYTES = 4 + 2  # fp32 master read, bf16 parameter written
+# ZeRO-1/2's optimizer step besides the fused AdamW (stage_1_and_2.py `step`), on the rank's partition, kernel by
+# kernel: (bytes per local parameter, the rate the kernel ran at as a share of the memory-bound rate), the rates read
+# from a traced llama3.2-1b step on one H200, each kernel's time against its bytes (docs/results/2026-12-03-h200x1/
+# deepspeed/run51, kernels-deepspeed-optimizer.json: 17.7 of the phase's 19.4 ms besides AdamW; the rest, 1.7 ms,
+# is a few scalar kernels per gradient tensor, not priced).
+ZERO12_STEP_KERNELS: dict[str, tuple[float, float]] = {
+    "overflow check": (2 + 2, 0.49),  # runtime/utils.py has_inf_or_nan: amax and amin of each bf16 gradient
+    "norm cast": (2 + 8, 0.97),  # get_grad_norm_direct: each gradient to fp64 (zero/utils.py get_norm_dtype)
+    "norm": (8, 0.90),  # torch.linalg.vector_norm of the fp64 copy
+    "flatten": (2 + 2, 1.17),  # the partition's gradients into one flat bf16 tensor (torch.cat)
+    "to fp32": (GRAD_TO_FP32_BYTES, 0.40),  # the flat partition .to(fp32): a dtype-converting copy
+    "to bf16": (MASTER_TO_BF16_BYTES, 1.24),  # the updated fp32 partition copied into the bf16 parameters
+}
 BACKWARD_FIRST = "backward-first"  # the first backward gather (zero3 output layer): nothing to hide behind
 
 
@@ -233,10 +248,13 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
     return breakdown_at_peak(phases, params, optimizer, gpu_memory_bytes, profile)
 
 
-def deepspeed_copy_bytes(model, strategy: str, n: int) -> float:
-    """Memory-bound bytes DeepSpeed adds outside the kernels of the model and the loss."""
+def step_copy_bytes(model, strategy: str, n: int) -> float:
+    """Bytes at the memory-bound rate of DeepSpeed's optimizer step besides the fused AdamW: ZeRO-1/2's kernels
+    (ZERO12_STEP_KERNELS) each at its own rate; ZeRO-3's gradient to fp32 and master back to bf16 at the rate."""
     local = model.params / n
-    return (GRAD_TO_BUCKET_BYTES * model.params + GRAD_TO_FP32_BYTES * local + MASTER_TO_BF16_BYTES * local)
+    if strategy in ("zero1", "zero2"):
+        return local * sum(nbytes / share for nbytes, share in ZERO12_STEP_KERNELS.values())
+    return (GRAD_TO_FP32_BYTES + MASTER_TO_BF16_BYTES) * local
 
 
 def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
@@ -259,7 +277,7 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size + act_fwd
     bwd_bytes = (LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size + act_fwd + act_bwd - fwd_bytes
                  + act_fwd * rerun_share(run) + GRAD_TO_BUCKET_BYTES * model.params)
-    step_bytes = deepspeed_copy_bytes(model, strategy, n) - GRAD_TO_BUCKET_BYTES * model.params  # at the step
+    step_bytes = step_copy_bytes(model, strategy, n)
     memory_bound_s = (fwd_bytes + bwd_bytes + step_bytes) / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * model.params / n / hbm
     overlap = profile.overlap.get(strategy, 0.0)
