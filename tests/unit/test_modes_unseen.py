@@ -45,9 +45,9 @@ def test_memory_within_one_percent_either_way(replayed):
 def test_a_block_recomputed_whole_reruns_its_elementwise_work(replayed):
     # every 2nd block of the 2.46B GQA config under ddp: -6.5% when only its matmuls and attention were rerun,
     # -1.4% with their elementwise work, -0.5% with the weight casts the rerun makes again, +0.1% with each Linear
-    # priced by its shape (costmodel/gemm.py)
+    # priced by its shape (costmodel/gemm.py), +1.0% with the attention by its thread blocks (profile.py)
     r, p = next((r, p) for r, p in replayed if r.get("selective_ac_option") == "2")
-    assert p.step_time_s / r["step_time_s"] - 1 == pytest.approx(0.001, abs=0.004)
+    assert p.step_time_s / r["step_time_s"] - 1 == pytest.approx(0.010, abs=0.004)
 
 
 def test_checkpointed_blocks_weight_copies_live_only_in_autocasts_cache(replayed):

@@ -20,6 +20,7 @@ with `cryptography` on a stated host (docs/encryption.md).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from topowise.units import GIB, MIB, busbw_factor
 FORMAT = "topowise.profile"
 ELEMENTWISE_FORMS = ("kernels", "saved-bytes")  # Profile.elementwise_form
 GEMM_FORMS = ("tiles", "one-rate")  # Profile.gemm_form
+ATTENTION_FORMS = ("thread-blocks", "sequence")  # Profile.attention_form
 VERSION = 1
 
 LINK_CLASSES = ("NV", "PCIe")
@@ -115,31 +117,44 @@ H200_OVERLAP_FIT = (f"{H200_RUN} records, fitted again with the phase timelines 
 # kernels timed alone took 0.92-1.06 of what 1.105 prices: docs/calibration.md, "The elementwise kernels, counted").
 # With each block Linear's passes priced by their shape under the power limit (costmodel/gemm.py; Profile.gemm_form),
 # 0.7361 and 1.0457: compute_efficiency is then the rate of a GEMM that fills every wave of its tiles inside a step
-# (the traced steps' GEMM kernels ask for 0.80: docs/calibration.md, "The GEMM rate by shape, in the model").
+# (the traced steps' GEMM kernels ask for 0.80: docs/calibration.md, "The GEMM rate by shape, in the model"). With the
+# attention by its thread blocks (attention_form), 0.7321 and 1.0421.
 H200_MODEL_FIT = ("the designed calibration's training shapes on one H200 (four Llama-style configs of "
                   "topowise/calibrate/design.py, no communication; docs/results/2026-12-02-h200x1/design/run22, "
                   "`python benchmarks/compile_accuracy.py --dir docs/results/2026-12-02-h200x1/design/run22 "
                   "--fit-eager`): least squares of predicted vs measured step time over its 6 steady GPU-bound runs, "
-                  "the causal attention at its measured rate (attention_efficiency), the casts and copies per "
+                  "the causal attention at its measured rate by its thread blocks (attention_efficiency, "
+                  "attention_block_offset), the casts and copies per "
                   "parameter at their measured rates (step.py), the blocks' elementwise kernels counted one by "
                   "one (costmodel/elementwise.py) and each block Linear's GEMMs at the share its shape reaches "
-                  "(costmodel/gemm.py), rms error 0.6%, worst 1.1%; no earlier one-GPU run "
-                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 0.8%, worst 2.9%, of which the 12 whose "
-                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 1.1% / 2.9% "
-                  "(tests/unit/test_designed_fit.py; with one rate for every GEMM 1.0% / 3.7% and 1.3% / 3.7%)")
+                  "(costmodel/gemm.py), rms error 0.4%, worst 0.7%; no earlier one-GPU run "
+                  "in it: 21 eager GPU-bound ones (1024-32768 tokens) mean 0.8%, worst 2.4%, of which the 12 whose "
+                  "block no design config has (0.95B and 2.46B GQA configs, llama3.2-3b, qwen2.5-0.5b) 0.8% / 2.4% "
+                  "(tests/unit/test_designed_fit.py; with the attention's sequence form 0.8% / 2.9% and 1.1% / 2.9%, "
+                  "with one rate for every GEMM as well 1.0% / 3.7% and 1.3% / 3.7%)")
 
 # Causal flash attention (F.scaled_dot_product_attention, cuDNN's kernel first) runs slower than the
-# matmuls and faster at longer sequences: timed alone on one H200 at the bench transformer's shapes
-# (benchmarks/kernel_rates.py), the FLOPs flops.py counts for it (7 L H Q T per token) ran at
-# peak x e x T / (T + T0): e by head dim, T0 one offset for all (a per-row cost, as if each
-# sequence were T0 tokens longer). Least squares of the relative time error over six models x six
-# sequences, T0 shared (`python benchmarks/kernel_rates.py --fit FILE`): rms 3.7%, worst 8%.
-ATTENTION_EFFICIENCY: dict[str, float] = {"64": 0.448, "128": 0.593}
-ATTENTION_SEQ_OFFSET = 900.0
-ATTENTION_WHERE = ("benchmarks/kernel_rates.py on one H200, torch 2.11, cuDNN 9.19, 2026-12-02 06:55 UTC "
-                   "(docs/results/2026-12-02-h200x1/kernels/run16): the causal attention's forward and backward "
-                   "alone, GPU kernel time from the profiler, sequences 1024-32768; head dim 64: llama3.2-1b, "
-                   "qwen2.5-0.5b, the 0.37B config; 128: llama3.2-3b, the 0.95B and 2.46B GQA configs")
+# matmuls, faster at longer sequences and with more thread blocks to spread over the SMs: timed alone on one H200
+# (docs/results/2026-12-03-h200x1/attention/run56, attn_probe.py: 176 shapes, batch 1-16, sequences 1024-16384,
+# head dims 64 and 128, 12-32 heads, GQA 1-7), the FLOPs flops.py counts for it (7 L H Q T per token) ran at
+# peak x e x T / (T + T0) x W / (W + W0), W = batch x heads x ceil(T / 128), the kernels' thread blocks (one per
+# 128 query rows and head): e by head dim, T0 a per-row cost, W0 the blocks that fill the GPU half. Least squares
+# of the relative time error (`python benchmarks/attention_shape.py DIR`): rms 4.1%, the six traced steps'
+# shapes 1.3%, run16's 36 (another day, not fitted) 4.4%; the form without W, fitted the same way, 13.7%.
+# Inside a step the attention runs at the step's clock (six traced steps: 0.885-0.970 of its rate alone, their mean
+# SM clock / 1980 MHz within 1.3%); the model has no clock of its own, and the fitted compute_efficiency carries the
+# mean (docs/calibration.md, "The attention by its thread blocks").
+ATTENTION_EFFICIENCY: dict[str, float] = {"64": 0.483, "128": 0.636}
+ATTENTION_SEQ_OFFSET = 750.0
+ATTENTION_BLOCK_OFFSET = 150.0
+ATTENTION_TILE_ROWS = 128  # query rows per thread block of the flash kernels
+ATTENTION_WHERE = ("attn_probe.py on one H200, torch 2.11, cuDNN's SDPA, 2026-12-03 11:17 UTC "
+                   "(docs/results/2026-12-03-h200x1/attention/run56): the causal attention's forward and backward "
+                   "alone, GPU kernel time from the profiler, 176 shapes (`python benchmarks/attention_shape.py`)")
+# The form before (profiles of attention_form "sequence"): peak x e x T / (T + T0), e 0.448 (64) and 0.593 (128),
+# T0 900, fitted on six models at 8192 tokens a row (docs/results/2026-12-02-h200x1/kernels/run16, rms 3.7%).
+SEQUENCE_FORM_EFFICIENCY: dict[str, float] = {"64": 0.448, "128": 0.593}
+SEQUENCE_FORM_OFFSET = 900.0
 # host seconds per block, forward / backward / optimizer: bench train's host phase times of qwen2.5-0.5b
 # and llama3.2-1b at 128 tokens (GPU-bound share under half the step), median per block of the two
 HOST_S_PER_LAYER: dict[str, float] = {
@@ -156,13 +171,14 @@ COMPILE_WHERE = "bench train --compile on one H200 (docs/results/2026-12-01-h200
 # Bytes at the memory-bound rate per byte Inductor's fused kernels move (costmodel/elementwise.py), fitted against
 # what compiling saved beside each eager twin: llama3.2-1b, 1 x 8192, ddp 183.5 -> 174.9 and 174.8 ms, zero3
 # 179.9 -> 173.9 and 174.0 ms, two rounds 3 minutes apart on one H200 (docs/results/2026-12-02-h200x1/timelines/
-# run8); rms error 0.6% (1.6807 with one rate for every GEMM, 2026-12-03). Compiling saved less in the step than
-# the fused kernels timed alone say (they ran at 0.57-0.72 of this term on llama3.2-1b's block, recompute/run35):
+# run8); rms error 0.6% (1.6807 with one rate for every GEMM, 1.5502 with the attention's sequence form, 2026-12-03).
+# Compiling saved less in the step than the fused kernels timed alone say (they ran at 0.57-0.72 of this term on
+# llama3.2-1b's block, recompute/run35):
 # what else compiling changes in a step is not itemized. (Per saved byte, the form before the kernels were counted:
 # 7.5592; the earlier transformer's 6.09.)
 COMPILED_TRAFFIC_WHERE = ("bench train --compile on one H200 (docs/results/2026-12-02-h200x1/timelines/run8/compiled), "
                           "against the eager rates of the designed fit (H200_MODEL_FIT)")
-COMPILED_ACTIVATION_TRAFFIC = 1.5502
+COMPILED_ACTIVATION_TRAFFIC = 1.5423
 # host seconds per block, compiled: llama3.2-1b (ddp, zero2, zero3) and qwen2.5-0.5b (ddp, zero3) at 128
 # tokens, median per block. Dynamo's guards cost the host more than the fused kernels save it: compiled
 # ddp's forward is slower on the host than eager's on the same machine (24.2 against 13.4 ms for llama3.2-1b)
@@ -276,9 +292,12 @@ _SOURCES = {
                                  "(llama3.2-1b ddp/zero2/zero3, qwen2.5-0.5b ddp/zero3) of bench train's host "
                                  "seconds in the phase per block; measured on another host than the eager terms")
        for k in COMPILED_HOST_S_PER_LAYER},
-    **{f"attention_efficiency.{k}": f"{ATTENTION_WHERE}: head dim {k}, e of rate = peak e T / (T + T0)"
+    **{f"attention_efficiency.{k}": f"{ATTENTION_WHERE}: head dim {k}, e of rate = peak e T / (T + T0) W / (W + W0)"
        for k in ATTENTION_EFFICIENCY},
     "attention_seq_offset": f"{ATTENTION_WHERE}: T0 of the same fit, tokens, one for both head dims",
+    "attention_block_offset": f"{ATTENTION_WHERE}: W0 of the same fit, thread blocks (batch x heads x T / 128)",
+    "attention_form": ("thread-blocks: the attention's rate alone by head dim, sequence and thread blocks "
+                       "(docs/calibration.md, \"The attention by its thread blocks\")"),
     **{f"host_s_per_layer.{k}": (f"{DEEPSPEED_HOST_WHERE}: median over llama3.2-1b and qwen2.5-0.5b at 128 tokens "
                                  "of the host seconds in the phase per block")
        for k in DEEPSPEED_HOST_S_PER_LAYER},
@@ -298,17 +317,21 @@ _SOURCES = {
 class Profile:
     """Tunable parameters; `sources[name]` says where each value came from."""
 
-    compute_efficiency: float = 0.7361  # achieved / datasheet bf16 peak: the matmuls' best (gemm_form; all FLOPs if no
+    compute_efficiency: float = 0.7321  # achieved / datasheet bf16 peak: the matmuls' best (gemm_form; all FLOPs if no
     # attention term)
     # what compute_efficiency is the rate of: "tiles", a GEMM that fills every wave of its tiles and reduces without
     # end (the block Linears reach a share of it by their shape: costmodel/gemm.py); "one-rate", every matmul (a
     # profile file with compute_efficiency and no gemm_form, as every one fitted before the shape form, is read so)
     gemm_form: str = "tiles"
     # the causal attention's achieved fraction of the peak by head dim ("64" -> e), at sequence T times
-    # T / (T + attention_seq_offset); empty: attention runs at compute_efficiency like the matmuls (the
-    # form of profiles fitted before the attention term)
+    # T / (T + attention_seq_offset) x W / (W + attention_block_offset), W its thread blocks; empty: attention runs
+    # at compute_efficiency like the matmuls (the form of profiles fitted before the attention term)
     attention_efficiency: dict = field(default_factory=lambda: dict(ATTENTION_EFFICIENCY))
     attention_seq_offset: float = ATTENTION_SEQ_OFFSET
+    attention_block_offset: float = ATTENTION_BLOCK_OFFSET
+    # "thread-blocks": the form above; "sequence": e T / (T + T0) (a profile file with attention_efficiency and no
+    # attention_form, every one fitted before the thread blocks were counted, is read so, with its own values)
+    attention_form: str = "thread-blocks"
     hbm_efficiency: float = 0.7348  # achieved / datasheet HBM bandwidth of the memory-bound passes
     comm_efficiency: dict = field(default_factory=lambda: dict(_EFF))  # "NV/all_reduce" -> busbw / line
     latency_s: dict = field(default_factory=lambda: dict(_LAT))  # "NV/all_reduce" -> alpha seconds
@@ -320,7 +343,7 @@ class Profile:
     peak_flops: float = 0.0  # FLOP/s compute_efficiency is relative to; 0: the GPU's datasheet bf16 peak
     activation_scale: float = 1.0  # multiplies the saved-activation bytes of memory.py
     # bytes at the memory-bound rate per byte the blocks' elementwise kernels move (costmodel/elementwise.py)
-    activation_traffic: float = 1.0457
+    activation_traffic: float = 1.0421
     # the same with every block compiled (torch.compile): Inductor's fused kernels
     compiled_activation_traffic: float = COMPILED_ACTIVATION_TRAFFIC
     # what the two traffics multiply: "kernels", the bytes the elementwise kernels move; "saved-bytes", the bytes
@@ -372,10 +395,11 @@ class Profile:
         key = f"deepspeed/{HOST_FALLBACK.get(strategy, strategy)}/{phase}"
         return float(self.host_s_per_layer.get(key, 0.0)) * blocks + float(self.host_s_per_step.get(key, 0.0))
 
-    def attention_rate(self, head_dim: int, seq_len: int, peak: float) -> float | None:
-        """FLOP/s of the causal attention's counted FLOPs (flops.py) at this head dim and sequence: the
-        measured efficiency of the nearest head dims, linear between them and held beyond; None without
-        an attention term (attention then runs at compute_efficiency)."""
+    def attention_rate(self, head_dim: int, seq_len: int, peak: float, batch: int = 1, heads: int = 0) -> float | None:
+        """FLOP/s of the causal attention's counted FLOPs (flops.py), timed alone, at this head dim, sequence,
+        micro-batch and query heads: the measured efficiency of the nearest head dims, linear between them and held
+        beyond, x T / (T + T0), and for attention_form "thread-blocks" x W / (W + W0), W = batch x heads x
+        ceil(T / 128); None without an attention term (attention then runs at compute_efficiency)."""
         if not self.attention_efficiency:
             return None
         points = sorted((int(k), float(v)) for k, v in self.attention_efficiency.items())
@@ -383,7 +407,11 @@ class Profile:
         above = [p for p in points if p[0] >= head_dim] or points[-1:]
         (d0, e0), (d1, e1) = below[-1], above[0]
         e = e0 if d1 == d0 else e0 + (e1 - e0) * (head_dim - d0) / (d1 - d0)
-        return peak * e * seq_len / (seq_len + self.attention_seq_offset)
+        rate = peak * e * seq_len / (seq_len + self.attention_seq_offset)
+        if self.attention_form == "thread-blocks":
+            blocks = batch * heads * math.ceil(seq_len / ATTENTION_TILE_ROWS)
+            rate *= blocks / (blocks + self.attention_block_offset)
+        return rate
 
     def comm(self, link: str, op: str) -> tuple[float, float]:
         """(achieved fraction of line rate, latency seconds) for an op on a link class."""
@@ -407,6 +435,12 @@ class Profile:
         base = cls()
         if "compute_efficiency" in data and "attention_efficiency" not in data:
             base = replace(base, attention_efficiency={})  # fitted with one rate for all FLOPs: read so
+        if "attention_efficiency" in data and "attention_form" not in data:
+            base = replace(base, attention_form="sequence", attention_efficiency=dict(SEQUENCE_FORM_EFFICIENCY),
+                           attention_seq_offset=SEQUENCE_FORM_OFFSET)  # fitted with the sequence form: read so
+        if data.get("attention_form", "thread-blocks") not in ATTENTION_FORMS:
+            raise UsageError(f"{where}: attention_form must be one of {', '.join(ATTENTION_FORMS)}, "
+                             f"not {data['attention_form']!r}")
         if "activation_traffic" in data and "elementwise_form" not in data:
             base = replace(base, elementwise_form="saved-bytes")  # fitted per saved byte: read so
         if "compute_efficiency" in data and "gemm_form" not in data:

@@ -250,7 +250,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     peak = peak_flops(topology, profile)
     rate = peak * profile.compute_efficiency
     # the causal attention at its own measured rate (Profile.attention_rate), the matmuls at `rate`
-    attention_rate = profile.attention_rate(model.head_dim, run.seq_len, peak) or rate
+    attention_rate = profile.attention_rate(model.head_dim, run.seq_len, peak, run.micro_batch, model.num_heads) or rate
     model_flops = training_flops_per_token(model, run.seq_len) * tokens
     attention = attention_flops_per_token(model, run.seq_len)
     recompute_attention = recompute_attention_flops_per_token(run)
