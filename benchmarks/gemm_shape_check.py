@@ -109,8 +109,9 @@ def traced_terms() -> None:
         p = predict(Run(model=spec, gpus=(0,), strategy="ddp", micro_batch=micro_batch, seq_len=seq_len), topology,
                     profile)
         peak = topology.gpu_spec.bf16_dense_flops
+        rate = profile.attention_rate(spec.head_dim, seq_len, peak, micro_batch, spec.num_heads)
         attention = ((FLASH_FORWARD_SHARE + FLASH_BACKWARD_SHARE) * attention_flops_per_token(spec, seq_len)
-                     * micro_batch * seq_len / profile.attention_rate(spec.head_dim, seq_len, peak))
+                     * micro_batch * seq_len / rate)
         memory_bound = k["elementwise/other"] + k["loss"] + k["copy/set"]
         gpu = p.time.compute_s + p.time.memory_bound_s + p.time.optimizer_s
         matmul = p.time.compute_s - attention

@@ -395,7 +395,7 @@ class Profile:
         key = f"deepspeed/{HOST_FALLBACK.get(strategy, strategy)}/{phase}"
         return float(self.host_s_per_layer.get(key, 0.0)) * blocks + float(self.host_s_per_step.get(key, 0.0))
 
-    def attention_rate(self, head_dim: int, seq_len: int, peak: float, batch: int = 1, heads: int = 0) -> float | None:
+    def attention_rate(self, head_dim: int, seq_len: int, peak: float, batch: int, heads: int) -> float | None:
         """FLOP/s of the causal attention's counted FLOPs (flops.py), timed alone, at this head dim, sequence,
         micro-batch and query heads: the measured efficiency of the nearest head dims, linear between them and held
         beyond, x T / (T + T0), and for attention_form "thread-blocks" x W / (W + W0), W = batch x heads x
