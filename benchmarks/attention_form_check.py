@@ -28,14 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 import gemm_shape_check as shape  # noqa: E402
 from replay import RESULTS, finished  # noqa: E402
 
-from topowise.calibrate.fit import (  # noqa: E402
-    HOST_DOMINATED_FRACTION,
-    fit_compiled,
-    fit_host,
-    fit_step_time,
-    observation_from,
-    observations_from,
-)
+from topowise.calibrate.fit import observation_from  # noqa: E402
 from topowise.costmodel.gemm import BEST_ALONE  # noqa: E402
 from topowise.costmodel.profile import (  # noqa: E402
     SEQUENCE_FORM_EFFICIENCY,
@@ -58,35 +51,18 @@ def slowed(profile: Profile, factor) -> Profile:
     return cls(**{f: getattr(profile, f) for f in profile.__dataclass_fields__})
 
 
-def refit(base: Profile, make=lambda p: p) -> Profile:
-    """`base`'s compute_efficiency, activation_traffic and compiled traffic fitted again, as the defaults were."""
-    obs = observations_from(shape.load(shape.H200 / shape.FITTED[0]))
-    profile, bound = fit_host(make(base), [o for o in obs if not o.compile], shape.PREDICT, None, "one H200")
-    device = [o for o in obs if o not in bound and not o.compile
-              and shape.PREDICT(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
-    profile, result = fit_step_time(profile, device, shape.PREDICT, "one H200",
-                                    ["compute_efficiency", "activation_traffic"])
-    compiled, _ = fit_compiled(profile, observations_from(shape.load(shape.H200 / shape.FITTED[1])), shape.PREDICT,
-                               "one H200")
-    fitted = make(replace(base, compute_efficiency=profile.compute_efficiency,
-                          activation_traffic=profile.activation_traffic,
-                          compiled_activation_traffic=compiled.compiled_activation_traffic))
-    print(f"  {fitted.compute_efficiency:.4f} {fitted.activation_traffic:.4f} "
-          f"{fitted.compiled_activation_traffic:.4f}  (fit rms {100 * result.rms_error:.2f}%)")
-    return fitted
-
-
 def main() -> int:
     sequence = replace(default_profile(), attention_form="sequence",
                        attention_efficiency=dict(SEQUENCE_FORM_EFFICIENCY), attention_seq_offset=SEQUENCE_FORM_OFFSET)
-    variants = {"sequence": (sequence, lambda p: p), "thread-blocks": (default_profile(), lambda p: p),
-                "x ce/best": (default_profile(), lambda p: slowed(p, lambda q: q.compute_efficiency / BEST_ALONE)),
-                "x 0.933": (default_profile(), lambda p: slowed(p, lambda q: IN_STEP_MEAN))}
+    variants = {"sequence": sequence, "thread-blocks": default_profile(),
+                "x ce/best": slowed(default_profile(), lambda q: q.compute_efficiency / BEST_ALONE),
+                "x 0.933": slowed(default_profile(), lambda q: IN_STEP_MEAN)}
     print("variant: compute_efficiency, activation_traffic, compiled traffic")
     profiles = {}
-    for name, (base, make) in variants.items():
-        print(f"{name}:", end="")
-        profiles[name] = refit(base, make)
+    for name, base in variants.items():  # replace() keeps a slowed profile's class through the fit
+        profiles[name], rms = shape.refit(base)
+        print(f"{name}:  {profiles[name].compute_efficiency:.4f} {profiles[name].activation_traffic:.4f} "
+              f"{profiles[name].compiled_activation_traffic:.4f}  (fit rms {100 * rms:.2f}%)")
     records = [(str(p.relative_to(RESULTS)), r) for p in sorted(RESULTS.glob("2026-12-0[23]-h200x1/**/*.jsonl"))
                for r in finished([p]) if r["micro_batch"] * r["seq_len"] > 128
                and r.get("engine", "pytorch") == "pytorch"]

@@ -120,20 +120,26 @@ def traced_terms() -> None:
               f"{p.time.optimizer_s / k['optimizer']:9.3f}   {gpu / measured:.3f}")
 
 
-def fitted(form: str) -> Profile:
-    """The default profile's GPU rates fitted again in `form`, as the defaults were."""
-    base = replace(default_profile(), gemm_form=form)
+def refit(base: Profile) -> tuple[Profile, float]:
+    """`base` with compute_efficiency, activation_traffic and the compiled traffic fitted again from the designed
+    runs and the compiled twins, as the defaults were; and the eager fit's rms error."""
     obs = observations_from(load(H200 / FITTED[0]))
     profile, bound = fit_host(base, [o for o in obs if not o.compile], PREDICT, None, "one H200")
     device = [o for o in obs if o not in bound and not o.compile
               and PREDICT(profile, o).time.host_s <= HOST_DOMINATED_FRACTION * o.step_time_s]
     profile, result = fit_step_time(profile, device, PREDICT, "one H200", ["compute_efficiency", "activation_traffic"])
     compiled, _ = fit_compiled(profile, observations_from(load(H200 / FITTED[1])), PREDICT, "one H200")
-    print(f"{form:9s} compute_efficiency {profile.compute_efficiency:.4f}  activation_traffic "
-          f"{profile.activation_traffic:.4f}  compiled {compiled.compiled_activation_traffic:.4f}  "
-          f"(fit rms {100 * result.rms_error:.2f}%)")
     return replace(base, compute_efficiency=profile.compute_efficiency, activation_traffic=profile.activation_traffic,
-                   compiled_activation_traffic=compiled.compiled_activation_traffic)
+                   compiled_activation_traffic=compiled.compiled_activation_traffic), result.rms_error
+
+
+def fitted(form: str) -> Profile:
+    """The default profile's GPU rates fitted again in `form`, as the defaults were."""
+    profile, rms = refit(replace(default_profile(), gemm_form=form))
+    print(f"{form:9s} compute_efficiency {profile.compute_efficiency:.4f}  activation_traffic "
+          f"{profile.activation_traffic:.4f}  compiled {profile.compiled_activation_traffic:.4f}  "
+          f"(fit rms {100 * rms:.2f}%)")
+    return profile
 
 
 def line(name: str, errors: list[float]) -> str:
