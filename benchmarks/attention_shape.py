@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from topowise.costmodel.profile import ATTENTION_TILE_ROWS  # noqa: E402
 from topowise.models.spec import load_model  # noqa: E402
 
 PEAK = 989e12  # H200 datasheet bf16 dense
-TILE_ROWS = 128  # query rows per thread block (profile.ATTENTION_TILE_ROWS)
 SHAPE = ROOT / "docs/results/2026-12-03-h200x1/gemm-shape"
 KERNELS16 = ROOT / "docs/results/2026-12-02-h200x1/kernels/run16"
 TRACED = {"cal-h2048-l8": ("run54", 8), "cal-h1536-l12": ("run54", 12), "cal-h1024-l16": ("run54", 16),
@@ -39,7 +39,7 @@ def counted_flops(row: dict) -> float:
 
 
 def blocks(row: dict) -> int:
-    return row["b"] * row["h"] * math.ceil(row["t"] / TILE_ROWS)
+    return row["b"] * row["h"] * math.ceil(row["t"] / ATTENTION_TILE_ROWS)
 
 
 def shape_factor(row: dict, offset: float, block_offset: float) -> float:
