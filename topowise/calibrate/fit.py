@@ -33,11 +33,13 @@ from topowise import hardware
 from topowise.calibrate.cases import Case
 from topowise.calibrate.crypto import apply_encryption, encryption_fit
 from topowise.calibrate.machine import link_class
+from topowise.costmodel import host_ops
 from topowise.costmodel.comm import ring_scale, uses_nvls
 from topowise.costmodel.memory import recast_blocks
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
+from topowise.costmodel.step import block_host_s
 from topowise.errors import UsageError
 from topowise.measure.records import steady_peak_bytes
 from topowise.models.spec import ModelSpec, load_model
@@ -399,11 +401,31 @@ def host_bound_runs(profile: Profile, obs: list[Observation], predict_one: Calla
             and predict_one(device_only, o).step_time_s < HOST_BOUND_FRACTION * o.step_time_s]
 
 
+def as_reference_block(per_block_s: float, run, phase: str, ddp_per_block_s: float | None) -> float:
+    """A run's host seconds per block in a phase as the reference block would take them (costmodel/host_ops.py):
+    in the forward and backward, eager ddp's scaled by the reference block's operators over its block's (its own
+    term is the price per operator), another eager strategy's less its block's extra operators at ddp's price
+    (`ddp_per_block_s`, the profile's term, fitted first), compiled runs' as they are; in the optimizer step,
+    scaled by the reference block's parameter tensors over its block's."""
+    if phase == "optimizer":
+        return per_block_s / host_ops.optimizer_scale(run.model)
+    if run.compile:
+        return per_block_s
+    autocast = run.spec.autocast
+    if run.strategy == "ddp":
+        i = host_ops.PHASE_INDEX[phase]
+        return per_block_s * host_ops.reference_ops(autocast)[i] / host_ops.block_ops(run.model, autocast)[i]
+    price = host_ops.per_op_s(ddp_per_block_s or 0.0, phase)
+    return per_block_s - host_ops.extra_ops(run.model, autocast, phase) * price
+
+
 def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
              layers: Callable[[str], int] | None, where: str) -> tuple[Profile, list[Observation]]:
     """host_s_per_layer["strategy/phase"]: the median over host-bound runs of that strategy of bench
     train's host seconds in the phase / the model's blocks (`layers(model name)`; None: the blocks of
-    the model predict_one predicts the run with). Returns the profile and the runs used."""
+    the model predict_one predicts the run with), as the reference block would take them
+    (as_reference_block; ddp first, whose term prices the others' extra operators). Returns the profile and
+    the runs used."""
     blocks = ((lambda o: layers(o.model)) if layers is not None
               else (lambda o: predict_one(profile, o).run.model.num_layers))
     bound = host_bound_runs(profile, obs, predict_one)
@@ -416,7 +438,9 @@ def fit_host(profile: Profile, obs: list[Observation], predict_one: Callable,
         names = ", ".join(f"{o.model} mb{o.micro_batch} seq{o.seq_len} {o.fabric}" for o in runs)
         prefix = "compiled/" if compiled else ""
         for phase in STEP_PHASES:
-            per_layer = [o.host_phase_s[phase] / blocks(o) for o in runs]
+            per_layer = [as_reference_block(o.host_phase_s[phase] / blocks(o), predict_one(profile, o).run, phase,
+                                            values.get(f"ddp/{phase}"))
+                         for o in runs]
             values[f"{prefix}{strategy}/{phase}"] = round(statistics.median(per_layer), 7)
             src[f"host_s_per_layer.{prefix}{strategy}/{phase}"] = (
                 f"calibrated ({where}): median of bench train's host seconds in the {phase} per block over "
@@ -455,8 +479,8 @@ def fit_checkpointing_host(profile: Profile, bound: list[Observation], predict_o
                 continue
             blocks = recast_blocks(run)
             for phase in extra:
-                extra[phase].append((o.host_phase_s[phase] - plain.host_s(o.strategy, phase, o.compile)
-                                     * run.model.num_layers) / blocks)
+                plain_block = plain.host_s(o.strategy, phase, o.compile) + block_host_s(run, plain, phase)
+                extra[phase].append((o.host_phase_s[phase] - plain_block * run.model.num_layers) / blocks)
             names.append(f"{o.model} {o.strategy} mb{o.micro_batch} seq{o.seq_len}")
         for phase, per_block in extra.items():
             if per_block:

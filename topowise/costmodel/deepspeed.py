@@ -75,6 +75,7 @@ from topowise.costmodel.step import (
     LOSS_BYTES_PER_LOGIT,
     LOSS_FORWARD_BYTES_PER_LOGIT,
     block_elementwise,
+    block_host_s,
     checkpointing_host_s,
     exposed_time,
     predict_pytorch,
@@ -293,8 +294,10 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     device = {"forward": t.forward_s + fwd_bytes / hbm + exposed_by_phase["forward"],
               "backward": t.backward_s + bwd_bytes / hbm + exposed_by_phase["backward"],
               "optimizer": optimizer_s + step_bytes / hbm + exposed_by_phase["optimizer"]}
-    host = {p: profile.deepspeed_host_s(strategy, p, model.num_layers) + checkpointing_host_s(run, profile, p)
-            for p in device}
+    # DeepSpeed runs the model in bf16 (no autocast) under every stage
+    host = {p: max(profile.deepspeed_host_s(strategy, p, model.num_layers)
+                   + block_host_s(run, profile, p, autocast=False) * model.num_layers, 0.0)
+            + checkpointing_host_s(run, profile, p) for p in device}
     device_s = sum(device.values())
     step = sum(max(host[p], device[p]) for p in device)
     step_range = tuple(sum(max(host[p] * scale, device[p]) for p in device)

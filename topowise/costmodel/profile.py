@@ -195,8 +195,8 @@ COMPILED_HOST_S_PER_LAYER: dict[str, float] = {
 CHECKPOINTING_HOST_WHERE = ("bench train --checkpointing none|selective|full at 1 x 128 tokens on one H200, 2026-12-02 "
                             "16:30 UTC (docs/results/2026-12-02-h200x1/recompute/run34)")
 CHECKPOINTING_HOST_S_PER_LAYER: dict[str, float] = {
-    "checkpoint/forward": 0.634e-3, "checkpoint/backward": 2.382e-3,
-    "selective-op/forward": 2.268e-3, "selective-op/backward": 2.988e-3,
+    "checkpoint/forward": 0.637e-3, "checkpoint/backward": 2.373e-3,
+    "selective-op/forward": 2.267e-3, "selective-op/backward": 2.977e-3,
 }
 # DeepSpeed ZeRO (0.19.8, bench train --engine deepspeed): host seconds per block in the forward and the
 # backward, and per step in the optimizer step (DeepSpeed's step works on flat partitions: one fused AdamW

@@ -56,7 +56,9 @@
   the host runs ahead of a busy GPU; when the GPU's work in a phase (forward with the loss, backward,
   optimizer step) is shorter than the host's time to issue it, the GPU waits. Each phase takes
   max(host, GPU); host = Profile.host_s_per_layer[strategy/phase] x blocks, measured by `calibrate`
-  (bench train's host phase times at 128 tokens, where the GPU keeps up). Small models with FSDP2
+  (bench train's host phase times at 128 tokens, where the GPU keeps up), for the reference block; an eager
+  block that dispatches more aten operators takes more, at ddp's price per operator, and the optimizer step's
+  host is per parameter tensor (`block_host_s`, host_ops.py). Small models with FSDP2
   (per-parameter hooks in every block) are host-bound on a fast GPU. Checkpointing adds host work
   (`checkpointing_host_s`): per-op selective's policy runs in Python for every operator.
 """
@@ -77,6 +79,7 @@ from topowise.costmodel.flops import (
     training_flops_per_token,
 )
 from topowise.costmodel.gemm import block_linears, block_matmul_seconds
+from topowise.costmodel.host_ops import extra_ops, optimizer_scale, per_op_s
 from topowise.costmodel.memory import (
     activation_bytes_per_token_per_layer,
     autocast_block_cast_params,
@@ -200,6 +203,21 @@ def rerun_share(run: Run) -> float:
     return 1.0 if run.per_op_checkpointing else checkpointed_blocks(run) / run.model.num_layers
 
 
+def block_host_s(run: Run, profile: Profile, phase: str, autocast: bool | None = None) -> float:
+    """Host seconds per block in a phase beyond the strategy's measured term (host_ops.py): in the forward and the
+    backward the operators an eager block dispatches beyond the reference block's, at ddp's price per operator
+    (`autocast` the mode the model runs in, run.spec.autocast unless given; compiled blocks: none, their terms are
+    per block); in a PyTorch optimizer step, per parameter tensor beyond the reference block's."""
+    if phase == "optimizer":
+        if run.engine != "pytorch":  # DeepSpeed's step works on flat partitions: per step (deepspeed.py)
+            return 0.0
+        return profile.host_s(run.strategy, phase, run.compile) * (optimizer_scale(run.model) - 1.0)
+    if run.compile:
+        return 0.0
+    autocast = run.spec.autocast if autocast is None else autocast
+    return extra_ops(run.model, autocast, phase) * per_op_s(profile.host_s("ddp", phase), phase)
+
+
 def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
     """Host seconds checkpointing adds to a phase. A block recomputed whole ("full", every k-th): torch's
     checkpoint in its forward, and the rerun with checkpoint's hooks in the backward ("checkpoint/phase"
@@ -312,8 +330,8 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     device = {"forward": fwd_total + fwd_exposed,
               "backward": bwd_total + bwd_exposed,
               "optimizer": optimizer_s + opt_exposed}
-    host = {p: profile.host_s(run.strategy, p, run.compile) * model.num_layers + checkpointing_host_s(run, profile, p)
-            for p in device}
+    host = {p: max(profile.host_s(run.strategy, p, run.compile) + block_host_s(run, profile, p), 0.0) * model.num_layers
+            + checkpointing_host_s(run, profile, p) for p in device}
     device_s = sum(device.values())  # = compute + memory-bound + optimizer + exposed communication
     step = sum(max(host[p], device[p]) for p in device)
     # the host's speed moves between launches (Profile.host_spread): a host-bound step is a range
