@@ -14,8 +14,8 @@ dispatches fewer, less:
     host per block = host_s_per_layer[strategy/phase] + (ops - reference ops) x price per operator
     price per operator = host_s_per_layer[ddp/phase] / reference ops
 
-(at one process DDP's host is the model's dispatch and its per-bucket hooks). The strategy's own host work (FSDP2's
-hooks per block, ZeRO-1's step) stays as measured.
+The price is ddp's: at one process DDP's host is the model's dispatch and its per-bucket hooks. The strategy's own host
+work (FSDP2's hooks per block, ZeRO-1's step) stays as measured.
 
 Operators per block, forward / backward, as the bench transformer dispatches them on CUDA (torch 2.11, one H200;
 `count_ops.py` in host-ops/run60: the model of two blocks less the model of one at 1 x 128 tokens), in the two modes
@@ -74,7 +74,7 @@ def reference_ops(autocast: bool) -> tuple[float, float]:
 
 def extra_ops(model: ModelSpec, autocast: bool, phase: str) -> float:
     """Operators one block dispatches in `phase` beyond the reference block's (negative: fewer); 0 in the
-    optimizer step, whose work is per parameter, not per block."""
+    optimizer step, whose host work goes with the parameter tensors (optimizer_scale)."""
     if phase not in PHASE_INDEX:
         return 0.0
     i = PHASE_INDEX[phase]
