@@ -123,3 +123,14 @@ def test_qwen3s_host_set_step_is_flagged_and_inside_its_range():
         lo, hi = p.step_time_range_s
         assert p.host_bound and lo <= r["step_time_s"] <= hi
         assert abs(p.step_time_s / r["step_time_s"] - 1) < 0.07
+
+
+def test_predict_says_when_a_block_dispatches_more_operators_than_the_measured_ones(capsys):
+    from cli_run import cli_output as cli
+
+    base = ["predict", "--topology", "h200-x2", "--num-gpus", "1", "--strategy", "ddp", "--micro-batch", "1",
+            "--seq-len", "4096"]
+    code, out, _ = cli(base + ["--model", str(ROOT / "benchmarks/configs/qwen3-0.6b.json")], capsys)
+    assert code == 0 and "host-bound" in out and "81 / 134 aten operators" in out
+    assert host_ops.operators_note(load_model("llama3.2-1b"), True, False) is None
+    assert host_ops.operators_note(spec("benchmarks/configs/qwen3-0.6b.json"), True, True) is None  # compiled

@@ -200,6 +200,8 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     time.add_row("[bold]step[/]", f"[bold]{_ms(p.step_time_s)}[/]")
     print_whole(out, time)
     if p.host_bound:
+        from topowise.costmodel.host_ops import operators_note
+
         lo, hi = p.step_time_range_s
         spread = default_profile().host_spread if host_spread is None else host_spread
         less = ("DeepSpeed's ZeRO-3 issues about twice FSDP2's work per block; its ZeRO-1/2 issue less but "
@@ -207,6 +209,9 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
                 else "ddp issues less per block than FSDP")
         if p.run.per_op_checkpointing:
             less += "; per-op selective checkpointing runs Python on every operator, every k-th block less"
+        ops = operators_note(p.run.model, p.run.spec.autocast and p.engine != "deepspeed", p.run.compile)
+        if ops:
+            less += f"; {ops}"
         out.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "
                   f"(more tokens per step hide it; {less}). The host's speed moves "
                   f"between launches, so expect {_ms(lo)}-{_ms(hi)} ms (the host up to "

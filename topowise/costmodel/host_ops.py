@@ -103,3 +103,15 @@ def per_op_s(ddp_host_s: float, phase: str) -> float:
     if phase not in PHASE_INDEX:
         return 0.0
     return ddp_host_s / reference_ops(True)[PHASE_INDEX[phase]]
+
+
+def operators_note(model: ModelSpec, autocast: bool, compiled: bool) -> str | None:
+    """What `predict` says where an eager block dispatches a tenth more or fewer operators than the reference
+    block, in either phase; None otherwise (and for compiled blocks, priced per block)."""
+    if compiled:
+        return None
+    ops, ref = block_ops(model, autocast), reference_ops(autocast)
+    if all(abs(o / r - 1) < 0.1 for o, r in zip(ops, ref)):
+        return None
+    return (f"its blocks dispatch {ops[0]:g} / {ops[1]:g} aten operators forward / backward, the blocks the host "
+            f"term was measured on {ref[0]:g} / {ref[1]:g}")
