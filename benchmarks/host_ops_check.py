@@ -30,7 +30,6 @@ from replay import RESULTS, finished  # noqa: E402
 
 from topowise.calibrate.fit import observation_from, predictor  # noqa: E402
 from topowise.costmodel import step as step_mod  # noqa: E402
-from topowise.costmodel.host_ops import block_ops  # noqa: E402
 from topowise.costmodel.profile import default_profile  # noqa: E402
 from topowise.topology import load_topology  # noqa: E402
 
@@ -87,20 +86,30 @@ def without_the_term():
         step_mod.extra_ops, step_mod.optimizer_scale = saved
 
 
+def eager_records(at_floor: bool) -> list[dict]:
+    """Eager one-H200 PyTorch records of 2026-12-01..03, no checkpointing, of the bench transformer: those at
+    FLOOR_TOKENS tokens or fewer a step (with host phase times), or those above."""
+    return [r for r in finished(sorted(RESULTS.glob("2026-12-0[123]-h200x1/**/*.jsonl")))
+            if r.get("world_size") == 1 and r.get("engine", "pytorch") == "pytorch" and not r.get("compile")
+            and not r.get("activation_checkpointing") and not str(r["model"]).startswith("examples.")
+            and (r["micro_batch"] * r["seq_len"] <= FLOOR_TOKENS) == at_floor
+            and (r.get("host_phase_s") or not at_floor)]
+
+
+def both_forms(r: dict):
+    """The record predicted by the default profile with the operator term and without it."""
+    o = observation_from(r)
+    with_term = PREDICT(default_profile(), o)
+    with without_the_term():
+        return with_term, PREDICT(default_profile(), o)
+
+
 def replay() -> None:
-    records = [r for r in finished(sorted(RESULTS.glob("2026-12-0[123]-h200x1/**/*.jsonl")))
-               if r.get("world_size") == 1 and r.get("engine", "pytorch") == "pytorch" and not r.get("compile")
-               and not r.get("activation_checkpointing") and r["micro_batch"] * r["seq_len"] <= FLOOR_TOKENS
-               and r.get("host_phase_s") and not str(r["model"]).startswith("examples.")]
-    profile = default_profile()
+    records = eager_records(at_floor=True)
     by: dict[tuple[str, str], list] = defaultdict(list)
     for r in records:
-        o = observation_from(r)
-        with_term = PREDICT(profile, o)
-        with without_the_term():
-            without = PREDICT(profile, o)
+        with_term, without = both_forms(r)
         spec = with_term.run.model
-        autocast = with_term.run.spec.autocast
         for phase in ("forward", "backward"):
             measured = r["host_phase_s"][phase]
             host = {ph.phase: ph.host_s for ph in with_term.time.phases}[phase]
@@ -108,7 +117,6 @@ def replay() -> None:
             by[(family(spec), phase)].append((host / measured - 1, host0 / measured - 1))
         by[(family(spec), "step")].append((with_term.step_time_s / r["step_time_s"] - 1,
                                            without.step_time_s / r["step_time_s"] - 1))
-        by[(family(spec), "ops")].append(block_ops(spec, autocast))
     print(f"\n{len(records)} records at {FLOOR_TOKENS} tokens or fewer a step (eager, PyTorch engine, one H200): "
           "the host's seconds per phase, predicted / measured - 1, mean (mean |error|), with the operator term and "
           "without; the step's error likewise")
@@ -127,19 +135,11 @@ def replay() -> None:
 
 def host_bound_steps() -> None:
     """Every eager one-H200 record above the floor that either form calls host-bound: the step's error."""
-    records = [r for r in finished(sorted(RESULTS.glob("2026-12-0[123]-h200x1/**/*.jsonl")))
-               if r.get("world_size") == 1 and r.get("engine", "pytorch") == "pytorch" and not r.get("compile")
-               and not r.get("activation_checkpointing") and r["micro_batch"] * r["seq_len"] > FLOOR_TOKENS
-               and not str(r["model"]).startswith("examples.")]
-    profile = default_profile()
     print(f"\nabove {FLOOR_TOKENS} tokens, the records either form calls host-bound: step predicted / measured - 1")
     print(f"{'model':24s} {'strategy':8s} {'shape':>8s} {'measured':>9s} {'with the term':>22s} {'without':>22s}")
     errors: list[tuple[float, float]] = []
-    for r in records:
-        o = observation_from(r)
-        with_term = PREDICT(profile, o)
-        with without_the_term():
-            without = PREDICT(profile, o)
+    for r in eager_records(at_floor=False):
+        with_term, without = both_forms(r)
         if not (with_term.host_bound or without.host_bound):
             continue
         pair = (with_term.step_time_s / r["step_time_s"] - 1, without.step_time_s / r["step_time_s"] - 1)

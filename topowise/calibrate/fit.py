@@ -39,7 +39,7 @@ from topowise.costmodel.memory import recast_blocks
 from topowise.costmodel.predict import predict
 from topowise.costmodel.profile import OPS as PROFILE_OPS
 from topowise.costmodel.profile import Profile, default_profile
-from topowise.costmodel.step import block_host_s
+from topowise.costmodel.step import block_host_s, dispatch_autocast
 from topowise.errors import UsageError
 from topowise.measure.records import steady_peak_bytes
 from topowise.models.spec import ModelSpec, load_model
@@ -411,7 +411,7 @@ def as_reference_block(per_block_s: float, run, phase: str, ddp_per_block_s: flo
         return per_block_s / host_ops.optimizer_scale(run.model)
     if run.compile:
         return per_block_s
-    autocast = run.spec.autocast
+    autocast = dispatch_autocast(run)
     if run.strategy == "ddp":
         i = host_ops.PHASE_INDEX[phase]
         return per_block_s * host_ops.reference_ops(autocast)[i] / host_ops.block_ops(run.model, autocast)[i]

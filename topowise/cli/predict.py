@@ -201,6 +201,7 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     print_whole(out, time)
     if p.host_bound:
         from topowise.costmodel.host_ops import operators_note
+        from topowise.costmodel.step import dispatch_autocast
 
         lo, hi = p.step_time_range_s
         spread = default_profile().host_spread if host_spread is None else host_spread
@@ -209,7 +210,7 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
                 else "ddp issues less per block than FSDP")
         if p.run.per_op_checkpointing:
             less += "; per-op selective checkpointing runs Python on every operator, every k-th block less"
-        ops = operators_note(p.run.model, p.run.spec.autocast and p.engine != "deepspeed", p.run.compile)
+        ops = operators_note(p.run.model, dispatch_autocast(p.run), p.run.compile)
         if ops:
             less += f"; {ops}"
         out.print(f"[yellow]host-bound: the GPU waits {_ms(t.host_wait_s)} ms per step for Python to issue work "

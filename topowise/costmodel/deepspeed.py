@@ -295,9 +295,8 @@ def predict_deepspeed(run: Run, topology, profile: Profile) -> Prediction:
     device = {"forward": t.forward_s + fwd_bytes / hbm + exposed_by_phase["forward"],
               "backward": t.backward_s + bwd_bytes / hbm + exposed_by_phase["backward"],
               "optimizer": optimizer_s + step_bytes / hbm + exposed_by_phase["optimizer"]}
-    # DeepSpeed runs the model in bf16 (no autocast) under every stage
     host = {p: max(profile.deepspeed_host_s(strategy, p, model.num_layers)
-                   + block_host_s(run, profile, p, autocast=False) * model.num_layers, 0.0)
+                   + block_host_s(run, profile, p) * model.num_layers, 0.0)
             + checkpointing_host_s(run, profile, p) for p in device}
     device_s = sum(device.values())
     step = sum(max(host[p], device[p]) for p in device)

@@ -203,19 +203,24 @@ def rerun_share(run: Run) -> float:
     return 1.0 if run.per_op_checkpointing else checkpointed_blocks(run) / run.model.num_layers
 
 
-def block_host_s(run: Run, profile: Profile, phase: str, autocast: bool | None = None) -> float:
+def dispatch_autocast(run: Run) -> bool:
+    """Whether the model dispatches its operators under autocast (fp32 weights): DDP and ZeRO-1 under PyTorch;
+    FSDP2 and every DeepSpeed stage run it in bf16."""
+    return run.spec.autocast and run.engine == "pytorch"
+
+
+def block_host_s(run: Run, profile: Profile, phase: str) -> float:
     """Host seconds per block in a phase beyond the strategy's measured term (host_ops.py): in the forward and the
-    backward the operators an eager block dispatches beyond the reference block's, at ddp's price per operator
-    (`autocast` the mode the model runs in, run.spec.autocast unless given; compiled blocks: none, their terms are
-    per block); in a PyTorch optimizer step, per parameter tensor beyond the reference block's."""
+    backward the operators an eager block dispatches beyond the reference block's, in the mode it runs in
+    (dispatch_autocast), at ddp's price per operator (compiled blocks: none, their terms are per block); in a PyTorch
+    optimizer step, per parameter tensor beyond the reference block's."""
     if phase == "optimizer":
         if run.engine != "pytorch":  # DeepSpeed's step works on flat partitions: per step (deepspeed.py)
             return 0.0
         return profile.host_s(run.strategy, phase, run.compile) * (optimizer_scale(run.model) - 1.0)
     if run.compile:
         return 0.0
-    autocast = run.spec.autocast if autocast is None else autocast
-    return extra_ops(run.model, autocast, phase) * per_op_s(profile.host_s("ddp", phase), phase)
+    return extra_ops(run.model, dispatch_autocast(run), phase) * per_op_s(profile.host_s("ddp", phase), phase)
 
 
 def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
