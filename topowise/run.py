@@ -149,6 +149,17 @@ def check_shard_group_size(size: int, num_gpus: int) -> None:
                          f"choose one of {', '.join(map(str, divisors))}")
 
 
+def checkpoint_words(mode: str, selective_ac_option: str = "op") -> str:
+    """A checkpointing mode for people: "none", "full", "selective (per op)", "selective (every 2nd block)"."""
+    if mode != "selective":
+        return mode
+    if selective_ac_option == "op":
+        return "selective (per op)"
+    k = int(selective_ac_option)
+    nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
+    return f"selective (every {nth} block)"
+
+
 @dataclass(frozen=True)
 class Run:
     """One training run: which model, on which GPUs, how it is split, one micro-batch per step."""
@@ -214,14 +225,7 @@ class Run:
 
     @property
     def checkpoint_words(self) -> str:
-        """The mode for people: "none", "full", "selective (per op)", "selective (every 2nd block)"."""
-        if self.checkpointing != "selective":
-            return self.checkpointing
-        if self.selective_ac_option == "op":
-            return "selective (per op)"
-        k = int(self.selective_ac_option)
-        nth = {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
-        return f"selective (every {nth} block)"
+        return checkpoint_words(self.checkpointing, self.selective_ac_option)
 
     @property
     def spec(self) -> Strategy:

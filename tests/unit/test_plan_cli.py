@@ -67,6 +67,20 @@ def test_infeasible_reasons_count_the_headroom_even_past_the_whole_gpu(capsys):
         assert abs(need - usable - over) <= 0.11  # "over by" is against the usable part, and says so
 
 
+def test_an_infeasible_candidate_names_its_checkpointing_as_the_table_does(capsys):
+    # llama3.1-8b zero3 on 4 H100 NVL at micro-batch 4: per-op selective checkpointing fits (a row), every 2nd
+    # block does not; the line that says it does not fit must not read as the row's mode
+    argv = ["plan", "--model", "llama3.1-8b", *NVL, "--num-gpus", "4"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"zero3 +0,2,4,6 +4 +sel:op", text)
+    assert "zero3 on GPUs 0-3, micro-batch 4, selective (every 2nd block) checkpointing: needs" in text
+    assert main([*argv, "--json"]) == 0
+    misses = json.loads(capsys.readouterr().out)["infeasible"]
+    every_2nd = [m for m in misses if m["checkpointing"] == "selective" and m["selective_ac_option"] == "2"]
+    assert every_2nd and all(m["compile"] is False for m in misses)
+
+
 @pytest.mark.parametrize("strategy,seq_len,fits", [("zero2", "8192", False), ("zero3", "4096", True)])
 def test_predict_verdict_names_the_usable_memory(strategy, seq_len, fits, capsys):
     # llama3.1-8b zero2 on 8x H100 NVL at 8192 tokens: a peak of 83.65 GiB under the GPU's 87.54 GiB does not

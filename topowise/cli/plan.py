@@ -256,8 +256,7 @@ def _show(result, as_json: bool) -> None:
     if result.infeasible:
         out.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
         for i in result.infeasible[:3]:
-            ac = f", {i.checkpointing} checkpointing" if i.activation_checkpointing else ""
-            _prose(out, f"{i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{ac}: {i.reason}",
+            _prose(out, f"{i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{i.words}: {i.reason}",
                    "  ", "    ")
     if result.suggestion:
         _prose(out, f"suggestion: {result.suggestion}")

@@ -21,7 +21,7 @@ from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 from topowise.planner import explain, regions
 from topowise.planner.candidates import Candidate, enumerate_candidates
-from topowise.run import CHECKPOINTING, ENGINES, FABRICS, STRATEGIES, Run
+from topowise.run import CHECKPOINTING, ENGINES, FABRICS, STRATEGIES, Run, checkpoint_words
 from topowise.topology.model import Topology
 from topowise.units import GIB
 
@@ -77,6 +77,16 @@ class Infeasible:
     gpu_memory_bytes: int
     reason: str
     checkpointing: str = "none"  # none | selective | full (activation_checkpointing: not none)
+    selective_ac_option: str = "op"  # selective: per op, or every k-th block
+    compile: bool = False
+
+    @property
+    def words(self) -> str:
+        """What was tried beyond the strategy, GPUs and micro-batch: ", selective (every 2nd block)
+        checkpointing, compiled"; "" for none and eager."""
+        ac = f", {checkpoint_words(self.checkpointing, self.selective_ac_option)} checkpointing" \
+            if self.activation_checkpointing else ""
+        return ac + (", compiled" if self.compile else "")
 
     def to_dict(self) -> dict:
         return {
@@ -85,6 +95,8 @@ class Infeasible:
             "micro_batch": self.micro_batch,
             "activation_checkpointing": self.activation_checkpointing,
             "checkpointing": self.checkpointing,
+            "selective_ac_option": self.selective_ac_option,
+            "compile": self.compile,
             "shard_group_size": self.shard_group_size,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": False,
@@ -204,7 +216,8 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
             stopped_groups.add(c.group_key)
             misses.append(Infeasible(c.strategy, c.gpus, c.micro_batch, pred.run.activation_checkpointing,
                                      c.shard_group_size, pred.memory.peak_bytes, pred.memory.gpu_memory_bytes,
-                                     memory_reason(pred, profile), pred.run.checkpointing))
+                                     memory_reason(pred, profile), pred.run.checkpointing,
+                                     pred.run.selective_ac_option, pred.run.compile))
     return fits, misses, made
 
 
