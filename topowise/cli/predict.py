@@ -171,8 +171,9 @@ def _table(title: str):
     from rich import box
     from rich.table import Table
 
+    # at least as wide as its title, which rich would otherwise wrap over a narrow table's width
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
-                 pad_edge=False)
+                 pad_edge=False, min_width=len(title))
 
 
 def render(p, headroom: float | None = None, host_spread: float | None = None) -> None:
