@@ -140,7 +140,8 @@ def test_plan_weighs_eager_against_compiled_and_says_whether_the_winner_changes(
     eager_only = plan(model, topo, seq_len=4096, top=3)
     both = plan(model, topo, seq_len=4096, top=3, compile_choices=(False, True))
     assert not any(p.compile for p in eager_only.ranked)
-    assert any(p.compile for p in both.ranked) and any(not p.compile for p in both.ranked)
+    # one row per distinct choice at its fastest: here compiled for every choice; the note weighs both
+    assert any(p.compile for p in both.ranked)
     assert both.best.prediction.tokens_per_s >= eager_only.best.prediction.tokens_per_s
     note = next(n for n in both.notes if n.startswith("comp"))
     eager_best = eager_only.best

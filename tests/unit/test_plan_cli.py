@@ -68,12 +68,11 @@ def test_infeasible_reasons_count_the_headroom_even_past_the_whole_gpu(capsys):
 
 
 def test_an_infeasible_candidate_names_its_checkpointing_as_the_table_does(capsys):
-    # llama3.1-8b zero3 on 4 H100 NVL at micro-batch 4: per-op selective checkpointing fits (a row), every 2nd
-    # block does not; the line that says it does not fit must not read as the row's mode
+    # llama3.1-8b zero3 on 4 H100 NVL at micro-batch 4: per-op selective checkpointing fits (82.7 GiB), every
+    # 2nd block does not (94.3 GiB); the line that says it does not fit must say which
     argv = ["plan", "--model", "llama3.1-8b", *NVL, "--num-gpus", "4"]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert re.search(r"zero3 +0,2,4,6 +4 +sel:op", text)
     assert "zero3 on GPUs 0-3, micro-batch 4, selective (every 2nd block) checkpointing: needs" in text
     assert main([*argv, "--json"]) == 0
     misses = json.loads(capsys.readouterr().out)["infeasible"]

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from topowise.cli.main import main
+from topowise.costmodel.predict import predict
 from topowise.errors import UsageError
 from topowise.models.spec import load_model
 from topowise.planner.candidates import (
@@ -16,6 +17,7 @@ from topowise.planner.candidates import (
 )
 from topowise.planner.explain import all_groups, gpu_list, param_count
 from topowise.planner.search import plan
+from topowise.run import Run
 from topowise.topology.presets import load_preset
 
 NVL = load_preset("h100-nvl-8")
@@ -209,3 +211,16 @@ def test_plan_cli_bad_input_is_one_line_exit_2(argv, match, capsys):
     err = capsys.readouterr().err
     assert err.startswith("topowise: error: ") and match in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_placement_as_fast_as_a_variant_of_a_shown_choice_gets_no_row():
+    # On 4 of 8 H100 NVL, zero3 on 0,2,4,6 (four bridged pairs, every hop over PCIe) is predicted exactly as fast
+    # as zero3 on 0-3 (two pairs, PCIe between) at each micro-batch and checkpointing: the ring's slowest link
+    # is PCIe either way. 0-3 is shown (at its fastest variant); 0,2,4,6 must not come back as a choice of its own.
+    model, topo = load_model("llama3.1-8b"), load_preset("h100-nvl-8")
+    result = plan(model, topo, num_gpus=4, seq_len=4096, top=10)
+    zero3 = [p.gpus for p in result.ranked if p.strategy == "zero3"]
+    assert zero3 == [(0, 1, 2, 3)]
+    spread, packed = (predict(Run(model, gpus, "zero3", micro_batch=4, seq_len=4096,
+                                  activation_checkpointing="selective"), topo) for gpus in ((0, 2, 4, 6), (0, 1, 2, 3)))
+    assert spread.fits and spread.tokens_per_s == packed.tokens_per_s  # the premise: the model cannot tell them apart

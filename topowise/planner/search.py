@@ -231,9 +231,12 @@ def rank(plans: list[Plan]) -> list[Plan]:
     seen: set[tuple] = set()
     for p in ordered:
         key = (p.strategy, p.shard_group_size, p.gpus)
-        # placements that the cost model cannot tell apart (same strategy, count, speed) collapse too
+        # placements that the cost model cannot tell apart (same strategy, count, speed) collapse too, also
+        # onto a variant of a choice already shown: a ring that crosses PCIe once is as slow as one that
+        # crosses it at every hop, and the placement shown first spans the fewest islands
         twin = (p.strategy, p.shard_group_size, len(p.gpus), round(p.prediction.tokens_per_s, 3))
         if key in seen or twin in seen:
+            seen.add(twin)
             continue
         seen.update((key, twin))
         out.append(p)
