@@ -223,10 +223,10 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
 
 def rank(plans: list[Plan]) -> list[Plan]:
     """Fastest first; ties to fewer GPUs, less recompute (none, selective, full), eager (no compile time),
-    less memory. One entry per distinct choice."""
+    less memory, fewer NVLink islands. One entry per distinct choice."""
     ordered = sorted(plans, key=lambda p: (-p.prediction.tokens_per_s, len(p.gpus),
                                            CHECKPOINTING.index(p.checkpointing), p.compile,
-                                           p.prediction.memory.peak_bytes, p.gpus))
+                                           p.prediction.memory.peak_bytes, p.prediction.islands_spanned, p.gpus))
     out: list[Plan] = []
     seen: set[tuple] = set()
     for p in ordered:
