@@ -5,6 +5,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -289,3 +290,38 @@ def test_accelerate_says_where_its_fsdp2_wrapping_holds_more_than_predicted():
     said = {p.strategy: "output layer gathered from forward to backward" in render("accelerate", p) for p in ALL}
     assert said == {"ddp": False, "zero1": False, "zero2": False, "zero3": True, "hsdp": True}
     assert "output layer gathered" not in render("accelerate", make_plan("zero3", engine="deepspeed"))
+
+
+def test_deepspeed_json_has_its_plan_said_beside_it():
+    """A DeepSpeed config is JSON: the plan's summary and warnings, which the other exports carry as comments, the
+    checkpointing it fits with (a config cannot turn it on) and the engine it was predicted for come as notes."""
+    from topowise.export import export_notes
+
+    spread = make_plan("zero3", gpus=range(4), islands=2, link=63.0, ac=True)
+    notes = export_notes("deepspeed", spread)
+    assert notes[0].startswith("topowise plan: zero3 on GPUs 0,1,2,3") and "full activation checkpointing" in notes[0]
+    assert any(n.startswith("warning: the plan spans 2 NVLink islands") for n in notes)
+    assert any("full activation checkpointing, which a DeepSpeed config does not turn on" in n for n in notes)
+    assert any("predicted as PyTorch's FSDP2 runs this strategy" in n for n in notes)
+    per_op = export_notes("deepspeed", replace(make_plan("zero3", engine="deepspeed"), activation_checkpointing=True,
+                                               checkpointing="selective", selective_ac_option="op"))
+    assert any("selective (per op) activation checkpointing" in n and "create_selective_checkpoint_contexts" in n
+               for n in per_op)
+    assert not any("FSDP2" in n for n in per_op)
+    assert export_notes("deepspeed", make_plan("zero2", engine="deepspeed")) == (
+        export_notes("deepspeed", make_plan("zero2", engine="deepspeed"))[0],)  # the summary alone
+    assert all(export_notes(kind, spread) == () for kind in KINDS if kind != "deepspeed")
+
+
+def test_plan_prints_deepspeed_json_whole_on_stdout_and_its_notes_on_stderr(capsys, tmp_path):
+    from topowise.cli.main import main
+
+    argv = ["plan", "--model", "llama3.1-8b", "--topology", "hgx-h100-8", "--num-gpus", "8", "--micro-batch", "8",
+            "--export", "deepspeed"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    config = json.loads(out[out.index("{\n"):])  # the table, then the config to the end
+    assert config["zero_optimization"]["stage"] == 3
+    assert "# the plan fits with full activation checkpointing" in err
+    assert main([*argv, "--json"]) == 0
+    assert any("activation checkpointing" in n for n in json.loads(capsys.readouterr().out)["export"]["notes"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def _fraction(text: str, flag: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from topowise.export import LaunchPlan, render
+    from topowise.export import LaunchPlan, export_notes, render
 
     top = positive_int(args.top, "--top")
     if getattr(args, "network", None) is not None:
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     result, topo = plan_from_args(args, top=top)
     chosen = LaunchPlan.from_plan(result.best, result, topo) if result.best else None
     exported = render(args.export, chosen) if args.export and chosen else None
+    notes = export_notes(args.export, chosen) if exported is not None else ()
     if (args.export or args.save_plan) and chosen is None:
         _show(result, args.json)
         raise UsageError("nothing fits, so there is no plan to export or save (see the suggestion above)")
@@ -139,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if measured:
             data["model_profile"] = measured
         if exported is not None:
-            data["export"] = {"kind": args.export, "text": exported, "path": args.out}
+            data["export"] = {"kind": args.export, "text": exported, "path": args.out, "notes": list(notes)}
         if args.save_plan:
             data["saved_plan"] = args.save_plan
         print(json.dumps(data, indent=2))
@@ -152,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
     for what, path in (("plan", args.save_plan), (args.export, args.out)):
         if path:
             print(f"wrote {what} to {path}")
+    # beside a JSON printed whole on stdout (to be redirected into a file), the notes go to stderr
+    for note in notes:
+        print(f"# {note}", file=sys.stderr if not args.out else sys.stdout)
     return 0
 
 

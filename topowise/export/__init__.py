@@ -9,8 +9,9 @@ from __future__ import annotations
 from topowise.errors import UsageError
 from topowise.export import accelerate, deepspeed, slurm, torchrun, torchtitan
 from topowise.export.plan import LaunchPlan, load_plan_file
+from topowise.run import checkpoint_words
 
-__all__ = ["EXPORTERS", "KINDS", "LaunchPlan", "load_plan_file", "render"]
+__all__ = ["EXPORTERS", "KINDS", "LaunchPlan", "export_notes", "load_plan_file", "render"]
 
 EXPORTERS = {
     "torchrun": torchrun.torchrun_script,
@@ -31,6 +32,30 @@ def render(kind: str, plan: LaunchPlan) -> str:
                          f"slurm (sbatch --nodes) or deepspeed (its config); not yet as {kind}")
     check_engine(kind, plan)
     return EXPORTERS[kind](plan)
+
+
+def export_notes(kind: str, plan: LaunchPlan) -> tuple[str, ...]:
+    """What the export's text cannot say, for whoever runs it: DeepSpeed's config is JSON, with no room for the
+    plan's summary and warnings that the other exports carry as comments, and it cannot turn on activation
+    checkpointing (the model does) nor say that the step was predicted as FSDP2 runs it."""
+    if kind != "deepspeed":
+        return ()
+    notes = [f"topowise plan: {plan.summary()}", *(f"warning: {w}" for w in plan.warnings)]
+    if plan.checkpointing == "full":
+        notes.append("the plan fits with full activation checkpointing, which a DeepSpeed config does not turn on: "
+                     "enable it in the model (e.g. gradient_checkpointing_enable(), or "
+                     "deepspeed.checkpointing.checkpoint around each block)")
+    elif plan.checkpointing == "selective":
+        words = checkpoint_words(plan.checkpointing, str(plan.selective_ac_option or "op"))
+        how = ("torch.utils.checkpoint with create_selective_checkpoint_contexts around each block" if "op" in words
+               else "a checkpoint around those blocks")
+        notes.append(f"the plan fits with {words} activation checkpointing, which a DeepSpeed config does not turn "
+                     f"on: enable it in the model ({how}; gradient_checkpointing_enable() checkpoints every block "
+                     "whole: less memory, more recompute than planned)")
+    if plan.engine != "deepspeed":
+        notes.append("the step was predicted as PyTorch's FSDP2 runs this strategy; plan --engine deepspeed "
+                     "predicts DeepSpeed's ZeRO (its own host work and buckets)")
+    return tuple(notes)
 
 
 def check_engine(kind: str, plan: LaunchPlan) -> None:
