@@ -74,6 +74,12 @@ def test_an_infeasible_candidate_names_its_checkpointing_as_the_table_does(capsy
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "zero3 on GPUs 0-3, micro-batch 4, selective (every 2nd block) checkpointing: needs" in text
+    # on 8 H100 SXM at micro-batch 8 two hsdp candidates miss: the lines tell them apart by their shard groups
+    assert main(["plan", "--model", "llama3.1-8b", "--topology", "hgx-h100-8", "--num-gpus", "8",
+                 "--micro-batch", "8"]) == 0
+    text = capsys.readouterr().out
+    hsdp = re.findall(r"hsdp with shard groups (\S+), micro-batch 8, full checkpointing: needs", text)
+    assert sorted(hsdp) == ["{0,1},{2,3},{4,5},{6,7}", "{0-3},{4-7}"]
     assert main([*argv, "--json"]) == 0
     misses = json.loads(capsys.readouterr().out)["infeasible"]
     every_2nd = [m for m in misses if m["checkpointing"] == "selective" and m["selective_ac_option"] == "2"]

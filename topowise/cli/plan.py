@@ -261,7 +261,9 @@ def _show(result, as_json: bool) -> None:
     if result.infeasible:
         out.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
         for i in result.infeasible[:3]:
-            _prose(out, f"{i.strategy} on GPUs {gpu_list(i.gpus)}, micro-batch {i.micro_batch}{i.words}: {i.reason}",
+            where = f"with shard groups {all_groups(i.gpus, i.shard_group_size)}" if i.shard_group_size \
+                else f"on GPUs {gpu_list(i.gpus)}"  # as the reasons name a plan
+            _prose(out, f"{i.strategy} {where}, micro-batch {i.micro_batch}{i.words}: {i.reason}",
                    "  ", "    ")
     if result.suggestion:
         _prose(out, f"suggestion: {result.suggestion}")
