@@ -67,7 +67,7 @@ def test_infeasible_reasons_count_the_headroom_even_past_the_whole_gpu(capsys):
         assert abs(need - usable - over) <= 0.11  # "over by" is against the usable part, and says so
 
 
-def test_an_infeasible_candidate_names_its_checkpointing_as_the_table_does(capsys):
+def test_an_infeasible_candidate_names_its_checkpointing_and_shard_groups(capsys):
     # llama3.1-8b zero3 on 4 H100 NVL at micro-batch 4: per-op selective checkpointing fits (82.7 GiB), every
     # 2nd block does not (94.3 GiB); the line that says it does not fit must say which
     argv = ["plan", "--model", "llama3.1-8b", *NVL, "--num-gpus", "4"]
