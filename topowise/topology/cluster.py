@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 
 from topowise import hardware
@@ -102,7 +102,7 @@ class Cluster:
             object.__setattr__(self, "name", f"{self.num_nodes}x {self.node.name}+{self.network.kind}")
 
     # --- cluster-only --------------------------------------------------------------------------
-    @property
+    @cached_property  # read for every GPU of every group a prediction describes
     def gpus_per_node(self) -> int:
         return self.node.num_gpus
 
@@ -124,8 +124,10 @@ class Cluster:
     def per_node(self, gpus: Iterable[int]) -> dict[int, tuple[int, ...]]:
         """node -> the local indices of `gpus` on that node."""
         out: dict[int, list[int]] = {}
+        per = self.gpus_per_node
         for g in gpus:
-            out.setdefault(self.node_of(g), []).append(self.local_index(g))
+            self._check(g)
+            out.setdefault(g // per, []).append(g % per)
         return {n: tuple(sorted(v)) for n, v in sorted(out.items())}
 
     def network_gbps(self, gpus: Iterable[int]) -> float:
@@ -541,18 +543,8 @@ def network_warnings(cluster: Cluster) -> list[str]:
     return out
 
 
-@lru_cache(maxsize=4096)
-def _node_bottleneck_cached(node: Topology, local: tuple[int, ...]) -> float:
-    return node.bottleneck_gbps(local)
-
-
 def _node_bottleneck(node: Topology, local: tuple[int, ...]) -> float:
-    if len(local) < 2:
-        return float("inf")
-    try:
-        return _node_bottleneck_cached(node, local)
-    except TypeError:  # an unhashable node (never in practice): compute directly
-        return node.bottleneck_gbps(local)
+    return float("inf") if len(local) < 2 else node.bottleneck_gbps(local)  # the node keeps each group's answer
 
 
 def make_cluster(node: Topology, num_nodes: int, network: NetworkSpec, name: str = "", *,

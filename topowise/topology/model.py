@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from topowise import hardware
@@ -173,6 +174,10 @@ class Topology:
     # --- islands -------------------------------------------------------------------------------
     def islands(self) -> tuple[tuple[int, ...], ...]:
         """Connected components of the NVLink graph; a GPU with no NVLink is an island of its own."""
+        return self._islands
+
+    @cached_property  # asked for on every collective of every prediction; the topology never changes
+    def _islands(self) -> tuple[tuple[int, ...], ...]:
         parent = {i: i for i in self.indices}
 
         def root(i: int) -> int:
@@ -190,7 +195,11 @@ class Topology:
         return tuple(sorted((tuple(sorted(g)) for g in groups.values()), key=lambda g: g[0]))
 
     def island_of(self, gpu: int) -> tuple[int, ...]:
-        return next(isl for isl in self.islands() if gpu in isl)
+        return self._island_by_gpu[gpu]
+
+    @cached_property
+    def _island_by_gpu(self) -> dict[int, tuple[int, ...]]:
+        return {gpu: isl for isl in self.islands() for gpu in isl}
 
     @property
     def full_nvlink_mesh(self) -> bool:
@@ -221,7 +230,16 @@ class Topology:
           leave each island through PCIe, so it runs at PCIe speed however fast the islands are.
         Exact for up to 12 GPUs (bitmask search for a Hamiltonian cycle over fast-enough links).
         """
-        members = sorted(set(gpus))
+        members = tuple(sorted(set(gpus)))
+        if members not in self._bottleneck_memo:  # a plan or study asks for the same few groups thousands of times
+            self._bottleneck_memo[members] = self._bottleneck(list(members))
+        return self._bottleneck_memo[members]
+
+    @cached_property
+    def _bottleneck_memo(self) -> dict[tuple[int, ...], float]:
+        return {}
+
+    def _bottleneck(self, members: list[int]) -> float:
         if len(members) < 2:
             return float("inf")
         pairs = [self.link(a, b) for a, b in itertools.combinations(members, 2)]
