@@ -374,7 +374,7 @@ class Cluster:
         groups = self.per_node(gpus)
         if sum(len(v) for v in groups.values()) < 2:
             return float("inf")
-        inside = min(_node_bottleneck(self.node, local) for local in groups.values())
+        inside = min(self.node.bottleneck_gbps(local) for local in groups.values())
         if len(groups) == 1:
             return inside
         members = tuple(gpus)
@@ -516,7 +516,7 @@ def network_warnings(cluster: Cluster) -> list[str]:
         return []
     out = []
     net, share, g = cluster.network, cluster.network_gbps_per_gpu, cluster.gpus_per_node
-    inside = _node_bottleneck(cluster.node, tuple(range(g)))
+    inside = cluster.node.bottleneck_gbps(tuple(range(g)))
     if cluster.network_gbps(range(2 * g)) < 0.5 * inside:  # line rates: only a clear gap is worth a warning
         out.append(f"the network gives a node {net.node_gbps:g} GB/s ({share:.3g} GB/s per GPU), under half the "
                    f"node's own ring ({inside:.3g} GB/s): collectives across nodes run at the network's pace; HSDP "
@@ -541,10 +541,6 @@ def network_warnings(cluster: Cluster) -> list[str]:
                    "that crosses it, and pays the one-way latency at each crossing; keep sharding inside a region "
                    "(HSDP with a shard group per region) so only the replica all-reduce crosses")
     return out
-
-
-def _node_bottleneck(node: Topology, local: tuple[int, ...]) -> float:
-    return float("inf") if len(local) < 2 else node.bottleneck_gbps(local)  # the node keeps each group's answer
 
 
 def make_cluster(node: Topology, num_nodes: int, network: NetworkSpec, name: str = "", *,
