@@ -21,12 +21,14 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topowise.calibrate.design import VALIDATION_CONFIGS, validation_cases  # noqa: E402
+from topowise.calibrate.fit import observation_from  # noqa: E402
 from topowise.calibrate.validate import RANK_TOLERANCE  # noqa: E402
 from topowise.costmodel.predict import predict  # noqa: E402
 from topowise.costmodel.profile import default_profile, load_profile  # noqa: E402
@@ -104,9 +106,10 @@ def measured_steps(paths: list[str]) -> dict[tuple, dict]:
             if r.get("kind") == "validation":
                 m = r["measured"]
                 out[case_key(r)] = {"step_time_s": m["step_time_s"], "allocated_bytes": m["peak_memory_bytes"]}
-            elif r.get("kind") == "train":
-                r = dict(r, model=r.get("model_source") or r["model"])
-                out[case_key(r)] = {"step_time_s": r["step_time_s"], "allocated_bytes": r["peak_memory_bytes"]}
+            elif r.get("kind") == "train":  # read as validate reads it: its case, its steady peak
+                o = observation_from(r)
+                out[case_key(asdict(o.case))] = {"step_time_s": o.step_time_s,
+                                                 "allocated_bytes": o.peak_allocated_bytes}
     return out
 
 

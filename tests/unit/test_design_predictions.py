@@ -64,3 +64,15 @@ def test_the_comparison_reads_errors_ranges_and_ranking(tmp_path, capsys):
     assert "least -4.0% (not under -3%)" in out
     # the 0.95B NVLink group: zero2 ranked first, measured 2% slower than ddp, inside the 3% tolerance
     assert "at most 2.0% (within 3%: 1 of 1)" in out
+
+
+def test_a_bench_train_record_pairs_as_validate_reads_it(tmp_path):
+    # bench train writes checkpointing as a mode and a flag, and a config's name: the same case as validate's line
+    row = next(r for r in committed() if r["activation_checkpointing"] == "selective" and r["model"] == "llama-0.95b")
+    train = {"kind": "train", "status": "ok", "model": "llama-0.95b", "model_source": "/x/llama-0.95b/config.json",
+             "strategy": row["strategy"], "micro_batch": row["micro_batch"], "seq_len": row["seq_len"],
+             "fabric": row["fabric"], "world_size": 2, "activation_checkpointing": True, "checkpointing": "selective",
+             "selective_ac_option": "op", "step_time_s": 0.2, "peak_memory_bytes": 10 * 2**30}
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(train) + "\n")
+    assert dp.measured_steps([str(path)]) == {dp.case_key(row): {"step_time_s": 0.2, "allocated_bytes": 10 * 2**30}}
