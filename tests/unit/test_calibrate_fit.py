@@ -546,6 +546,29 @@ def test_a_record_without_the_model_fields_replays_its_preset(topo):
     assert compare([new], default_profile(), h200x2)[0].predicted_step_s == row.predicted_step_s
 
 
+def test_committed_records_replay_without_the_paths_of_the_machine_that_measured_them():
+    """A record of a config.json keeps the file's path where it ran (model_source, e.g. the GPU machine's checkout);
+    every such committed record also carries the shape it trained (model_spec), which replays read first, so no
+    replay opens a path of another machine."""
+    from pathlib import Path
+
+    from topowise.calibrate.fit import model_resolver, observation_from
+    from topowise.measure.records import read_records
+
+    results = Path(__file__).parents[2] / "docs/results"
+    with_path = [(path, r) for path in sorted(results.rglob("*.jsonl")) for r in read_records(str(path), kind="train")
+                 if r.get("model_source") and r.get("model_source") != r.get("model")]
+    assert len(with_path) > 200
+    assert [str(p) for p, r in with_path if r.get("model_spec") is None] == []
+
+    def refuse(ref):
+        raise AssertionError(f"a replay opened {ref}")
+
+    model_of = model_resolver(refuse)
+    for _, r in with_path:
+        model_of(observation_from(r))
+
+
 def test_selective_every_k_and_per_op_are_different_cases():
     """Two records of one model and shape, checkpointed per op and every 2nd block, are two cases (validate
     --measured finds each again) in two ranking groups, and their labels say which is which."""
