@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from topowise.calibrate.cases import Case  # noqa: E402
 from topowise.calibrate.design import VALIDATION_CONFIGS, validation_cases  # noqa: E402
 from topowise.calibrate.fit import observation_from  # noqa: E402
-from topowise.calibrate.validate import RANK_TOLERANCE  # noqa: E402
+from topowise.calibrate.validate import RANK_TOLERANCE, ValidationRow, summarize  # noqa: E402
 from topowise.costmodel.predict import predict  # noqa: E402
 from topowise.costmodel.profile import default_profile, load_profile  # noqa: E402
 from topowise.models.spec import load_model, spec_from_hf_config  # noqa: E402
@@ -37,7 +37,7 @@ from topowise.topology import load_topology  # noqa: E402
 from topowise.units import GIB  # noqa: E402
 
 TOPOLOGY = "h200-x2"
-KEY_FIELDS = ("model", "strategy", "micro_batch", "seq_len", "fabric", "activation_checkpointing", "compile")
+CASE_FIELDS = tuple(f.name for f in fields(Case))
 
 
 def model_name(model: str) -> str:
@@ -47,8 +47,13 @@ def model_name(model: str) -> str:
     return path.parent.name if path.name == "config.json" else model
 
 
+def case_of(record: dict) -> Case:
+    """The case a prediction row or a validate line is of (the fields it has; Case's defaults for the rest)."""
+    return Case(**{f: model_name(record[f]) if f == "model" else record[f] for f in CASE_FIELDS if f in record})
+
+
 def case_key(record: dict) -> tuple:
-    return tuple(model_name(record[f]) if f == "model" else record.get(f, False) for f in KEY_FIELDS)
+    return case_of(record).key
 
 
 def predict_cases(profile_arg: str) -> list[dict]:
@@ -114,42 +119,34 @@ def measured_steps(paths: list[str]) -> dict[tuple, dict]:
 
 
 def compare(rows: list[dict], measured: dict[tuple, dict]) -> None:
-    """Each predicted case that was measured: its errors; then the targets, item by item."""
-    paired = [(r, measured[case_key(r)]) for r in rows if case_key(r) in measured]
+    """Each predicted case that was measured: its errors; then the targets, item by item, as validate's summary
+    computes them (its errors, host ranges and ranking)."""
+    paired = [ValidationRow(
+        case_of(r), "ok", m["step_time_s"], p["step_time_s"], m["allocated_bytes"], p["allocated_bytes"], None,
+        p["peak_bytes"], 2,
+        # host-set as predict flagged it (its wait over 5% of the step), not wherever the host waits at all
+        {"host_wait_s": p["host_wait_s"] if p["host_bound"] else 0.0, "step_range_s": p["step_range_s"]})
+        for r in rows if (m := measured.get(case_key(r))) for p in (r["predicted"],)]
     print(f"# {len(paired)} of {len(rows)} predicted cases measured")
     print(f"{'case':58s} {'pred ms':>8s} {'meas ms':>8s} {'error':>7s} {'memory':>7s}  host range")
-    gpu_errs, mem_errs, outside = [], [], []
-    for r, m in paired:
-        p = r["predicted"]
-        err = p["step_time_s"] / m["step_time_s"] - 1
-        mem = p["allocated_bytes"] / m["allocated_bytes"] - 1
-        mem_errs.append(mem)
-        low, high = p["step_range_s"]
-        if p["host_bound"]:
-            inside = low <= m["step_time_s"] <= high
-            outside += [] if inside else [r["label"]]
-            where = "inside" if inside else "OUTSIDE"
-        else:
-            gpu_errs.append(err)
-            where = ""
-        print(f"{r['label']:58s} {1e3 * p['step_time_s']:8.1f} {1e3 * m['step_time_s']:8.1f} {100 * err:+6.1f}% "
-              f"{100 * mem:+6.1f}%  {where}")
-    ranking = []
-    for group, first in first_in_groups(rows).items():
-        members = {r["strategy"]: measured[case_key(r)]["step_time_s"] for r in rows
-                   if tuple(r["group"]) == group and case_key(r) in measured}
-        if first in members and len(members) > 1:
-            ranking.append(members[first] / min(members.values()) - 1)
-    mean = lambda xs: statistics.fmean(abs(x) for x in xs) if xs else float("nan")  # noqa: E731
-    worst = lambda xs: max((abs(x) for x in xs), default=float("nan"))  # noqa: E731
-    print(f"GPU-bound step: {len(gpu_errs)} cases, mean {100 * mean(gpu_errs):.1f}% (target 8% for the default "
-          f"profile, 4% calibrated), worst {100 * worst(gpu_errs):.1f}% (8% calibrated)")
-    print(f"host-bound: {len(paired) - len(gpu_errs)} cases, outside their range: {outside or 'none'}")
-    print(f"memory: mean {100 * mean(mem_errs):.1f}% (3%), worst {100 * worst(mem_errs):.1f}% (6%), "
-          f"least {100 * min(mem_errs, default=float('nan')):+.1f}% (not under -3%)")
-    print(f"ranking: {len(ranking)} groups, first-ranked slower than the fastest by at most "
-          f"{100 * max(ranking, default=float('nan')):.1f}% (within {100 * RANK_TOLERANCE:.0f}%: "
-          f"{sum(x <= RANK_TOLERANCE for x in ranking)} of {len(ranking)})")
+    for v in paired:
+        low, high = v.breakdown["step_range_s"]
+        where = "" if not v.breakdown["host_wait_s"] else "inside" if low <= v.measured_step_s <= high else "OUTSIDE"
+        print(f"{v.case.label:58s} {1e3 * v.predicted_step_s:8.1f} {1e3 * v.measured_step_s:8.1f} "
+              f"{100 * v.step_error:+6.1f}% {100 * v.memory_error:+6.1f}%  {where}")
+    summary = summarize(paired)
+    gpu, host, memory = summary["by_bound"]["gpu"], summary["by_bound"]["host"], summary["peak_memory"]
+    pct = lambda x: 100 * x if x is not None else float("nan")  # noqa: E731
+    print(f"GPU-bound step: {gpu['cases']} cases, mean {pct(gpu['mean_abs_error']):.1f}% (target 8% for the default "
+          f"profile, 4% calibrated), worst {pct(gpu['max_abs_error']):.1f}% (8% calibrated)")
+    print(f"host-bound: {host['cases']} cases, outside their range: "
+          f"{host.get('in_range', {}).get('outside') or 'none'}")
+    print(f"memory: mean {pct(memory['mean_abs_error']):.1f}% (3%), worst {pct(memory['max_abs_error']):.1f}% (6%), "
+          f"least {pct(memory['least_error']):+.1f}% (not under -3%)")
+    slower = [g["slower_by"] for g in summary["ranking"]]
+    print(f"ranking: {len(slower)} groups, first-ranked slower than the fastest by at most "
+          f"{pct(max(slower, default=None)):.1f}% (within {100 * RANK_TOLERANCE:.0f}%: "
+          f"{sum(g['ok'] for g in summary['ranking'])} of {len(slower)})")
 
 
 def main() -> None:

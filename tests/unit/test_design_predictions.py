@@ -39,7 +39,7 @@ def test_a_config_path_and_its_name_are_one_case():
 def record(row: dict, step_s: float, alloc: float) -> dict:
     """A validate --out line for `row`'s case, its model named by the config's path."""
     model = f"/x/configs/{row['model']}/config.json" if row["model"].startswith("llama-") else row["model"]
-    fields = {f: row[f] for f in dp.KEY_FIELDS}
+    fields = {f: row[f] for f in dp.CASE_FIELDS if f in row}
     return {"kind": "validation", **fields, "model": model, "status": "ok",
             "measured": {"step_time_s": step_s, "peak_memory_bytes": alloc}}
 
