@@ -229,7 +229,7 @@ def _show(result, as_json: bool) -> None:
     from rich.table import Table
 
     from topowise.cli.console import column, console, print_whole
-    from topowise.planner.explain import all_groups, gpu_list
+    from topowise.planner.explain import all_groups, gpu_list, plan_label
 
     out = console()
     engine = " as DeepSpeed runs ZeRO" if result.engine == "deepspeed" else ""
@@ -261,9 +261,7 @@ def _show(result, as_json: bool) -> None:
     if result.infeasible:
         out.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
         for i in result.infeasible[:3]:
-            where = f"with shard groups {all_groups(i.gpus, i.shard_group_size)}" if i.shard_group_size \
-                else f"on GPUs {gpu_list(i.gpus)}"  # as the reasons name a plan
-            _prose(out, f"{i.strategy} {where}, micro-batch {i.micro_batch}{i.words}: {i.reason}",
+            _prose(out, f"{plan_label(i)}, micro-batch {i.micro_batch}{i.words}: {i.reason}",  # as the reasons name it
                    "  ", "    ")
     if result.suggestion:
         _prose(out, f"suggestion: {result.suggestion}")
