@@ -46,8 +46,9 @@ def export_notes(kind: str, plan: LaunchPlan) -> tuple[str, ...]:
                      "enable it in the model (e.g. gradient_checkpointing_enable(), or "
                      "deepspeed.checkpointing.checkpoint around each block)")
     elif plan.checkpointing == "selective":
-        words = checkpoint_words(plan.checkpointing, str(plan.selective_ac_option or "op"))
-        how = ("torch.utils.checkpoint with create_selective_checkpoint_contexts around each block" if "op" in words
+        option = str(plan.selective_ac_option or "op")
+        words = checkpoint_words(plan.checkpointing, option)
+        how = ("torch.utils.checkpoint with create_selective_checkpoint_contexts around each block" if option == "op"
                else "a checkpoint around those blocks")
         notes.append(f"the plan fits with {words} activation checkpointing, which a DeepSpeed config does not turn "
                      f"on: enable it in the model ({how}; gradient_checkpointing_enable() checkpoints every block "
