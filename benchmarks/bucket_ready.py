@@ -100,7 +100,7 @@ def make_cases(args: argparse.Namespace) -> list[tuple[str, TrainCase]]:
         spec = load_model(name)
         if spec.family not in ("llama", "gpt2"):  # a module:function model has no ModelSpec to build from
             raise UsageError(f"{name}: model family {spec.family!r} is not built here; llama and gpt2 are")
-        validate_sizes(spec, micro_batch=args.micro_batch, seq_len=args.seq_len, steps=args.steps,
+        validate_sizes(spec, seq_len=args.seq_len, steps=args.steps,
                        warmup=args.warmup, nproc=1, timeout_s=1.0)
         run = Run(spec, (0,), "ddp", micro_batch=args.micro_batch, seq_len=args.seq_len)
         cases.append((name, TrainCase(run, steps=args.steps, warmup=args.warmup, device=args.device,

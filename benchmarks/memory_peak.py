@@ -94,8 +94,7 @@ def main(argv=None) -> int:
                  "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
         os.environ.setdefault(k, v)
     spec = load_model(a.model)
-    ac = {"none": False, "full": True, "selective": "selective"}[a.checkpointing]
-    run = Run(spec, (0,), a.strategy, micro_batch=a.micro_batch, seq_len=a.seq_len, activation_checkpointing=ac,
+    run = Run(spec, (0,), a.strategy, micro_batch=a.micro_batch, seq_len=a.seq_len, checkpointing=a.checkpointing,
               compile=a.compile, selective_ac_option=a.selective_ac_option)
     case = TrainCase(run, steps=a.steps, warmup=a.warmup, device="cuda")
     rank = init_distributed("nccl")

@@ -54,8 +54,8 @@ def predict_point(model, cluster, nodes: int, strategy: str, shard, profile):
     """The prediction without checkpointing if it fits, else with it (None if neither fits)."""
     gpus = tuple(range(nodes * cluster.gpus_per_node))
     for ac in (False, True):
-        run = Run(model, gpus, strategy, micro_batch=MICRO_BATCH, seq_len=SEQ_LEN, activation_checkpointing=ac,
-                  shard_group_size=shard)
+        run = Run(model, gpus, strategy, micro_batch=MICRO_BATCH, seq_len=SEQ_LEN,
+                  checkpointing="full" if ac else "none", shard_group_size=shard)
         p = predict(run, cluster, profile)
         if p.fits:
             return p

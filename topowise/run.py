@@ -5,24 +5,24 @@ It is validated once, when it is built, and its errors carry the arithmetic (the
 ParallelDims checks its degrees). What needs the wiring (which GPUs exist, the HSDP shard group an
 NVLink island suggests) is settled by `place(run, topology)`.
 
-    Run(model, gpus, strategy, micro_batch, seq_len, activation_checkpointing, compile, fabric,
-        shard_group_size, engine, checkpointing, selective_ac_option)
+    Run(model, gpus, strategy, micro_batch, seq_len, compile, fabric, shard_group_size, engine,
+        checkpointing, selective_ac_option)
 
 Activation checkpointing has torchtitan's three modes (its `activation_checkpoint.mode`):
 "none"; "full", every block recomputed in the backward; "selective", with `selective_ac_option`
 "op" (per op, inside every block: the outputs of the matmuls and of attention are kept, every
 second matmul and the cheap ops are recomputed; torchtitan's policy) or an integer k (every k-th
-block fully recomputed, the others keep everything). `activation_checkpointing` is kept for the
-callers and JSON keys that predate the modes: True when anything is recomputed (selective or full);
-given as True it means "full", and a mode's name ("selective") is taken too. The DeepSpeed engine's
-cost model (costmodel/deepspeed.py) predicts a selective run as a full one.
+block fully recomputed, the others keep everything). `activation_checkpointing`, the flag that
+predates the modes, is a property (True when anything is recomputed) and a JSON key; JSON that has
+the flag alone is read by `Run.from_dict` (True: "full"; a mode's name: that mode), the one place it is
+migrated. The DeepSpeed engine's cost model (costmodel/deepspeed.py) predicts a selective run as a full one.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
@@ -56,15 +56,16 @@ class Strategy:
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("ddp", (), False, False, False, None, "a full replica per GPU, one all-reduce of the gradients"),
-    Strategy("zero1", ("optimizer",), False, False, False, 1,
-             "DDP with the optimizer states sharded (ZeroRedundancyOptimizer)"),
-    Strategy("zero2", ("optimizer", "gradients"), True, False, False, 2,
-             "FSDP2, parameters kept gathered from forward to backward"),
-    Strategy("zero3", ("optimizer", "gradients", "parameters"), True, True, False, 3,
-             "FSDP2, parameters gathered again in backward"),
-    Strategy("hsdp", ("optimizer", "gradients", "parameters"), True, True, True, 3,
-             "FSDP2 inside each shard group, replicas across groups"),
+    Strategy(name="ddp", sharded=(), fsdp=False, reshard_after_forward=False, replicated=False,
+             deepspeed_stage=None, summary="a full replica per GPU, one all-reduce of the gradients"),
+    Strategy(name="zero1", sharded=("optimizer",), fsdp=False, reshard_after_forward=False, replicated=False,
+             deepspeed_stage=1, summary="DDP with the optimizer states sharded (ZeroRedundancyOptimizer)"),
+    Strategy(name="zero2", sharded=("optimizer", "gradients"), fsdp=True, reshard_after_forward=False,
+             replicated=False, deepspeed_stage=2, summary="FSDP2, parameters kept gathered from forward to backward"),
+    Strategy(name="zero3", sharded=("optimizer", "gradients", "parameters"), fsdp=True, reshard_after_forward=True,
+             replicated=False, deepspeed_stage=3, summary="FSDP2, parameters gathered again in backward"),
+    Strategy(name="hsdp", sharded=("optimizer", "gradients", "parameters"), fsdp=True, reshard_after_forward=True,
+             replicated=True, deepspeed_stage=3, summary="FSDP2 inside each shard group, replicas across groups"),
 )}
 STRATEGY_NAMES = tuple(STRATEGIES)
 ALIASES = {"fsdp": "zero3"}
@@ -169,7 +170,6 @@ class Run:
     strategy: str
     micro_batch: int = 1
     seq_len: int = 4096
-    activation_checkpointing: bool = False  # True when checkpointing is selective or full (input: also a mode)
     compile: bool = False  # torch.compile of each block (bench train --compile)
     fabric: str = "nvlink"
     shard_group_size: int | None = None  # hsdp only; None until place() gives the island's size
@@ -181,9 +181,11 @@ class Run:
         # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
         object.__setattr__(self, "strategy", normalize_strategy(self.strategy))
         object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
-        self._settle_checkpointing()
-        if self.micro_batch < 1:
-            raise UsageError(f"micro-batch must be a positive number of sequences, not {self.micro_batch}")
+        mode, option = normalize_checkpointing(self.checkpointing, self.selective_ac_option)
+        object.__setattr__(self, "checkpointing", mode)
+        object.__setattr__(self, "selective_ac_option", option)
+        if isinstance(self.micro_batch, bool) or not isinstance(self.micro_batch, int) or self.micro_batch < 1:
+            raise UsageError(f"--micro-batch must be at least 1, not {self.micro_batch!r}")
         if self.seq_len < 1:
             raise UsageError(f"sequence length must be a positive number of tokens, not {self.seq_len}")
         check_seq_len(self.model, self.seq_len)
@@ -203,20 +205,10 @@ class Run:
                 raise UsageError(f"a shard group size applies to hsdp, not {self.strategy}")
             check_shard_group_size(self.shard_group_size, self.num_gpus)
 
-    def _settle_checkpointing(self) -> None:
-        """checkpointing from the legacy flag (True: full; a mode's name: that mode), then the flag from it."""
-        mode, legacy = str(self.checkpointing).strip().lower(), self.activation_checkpointing
-        if isinstance(legacy, str):  # a mode's name
-            legacy = legacy.strip().lower()
-            if mode not in ("none", legacy):
-                raise UsageError(f"activation checkpointing asked for as both {legacy!r} and {mode!r}: give one mode")
-            mode = legacy
-        elif legacy and mode == "none":  # True, from callers and JSON that predate the modes
-            mode = "full"
-        mode, option = normalize_checkpointing(mode, self.selective_ac_option)
-        object.__setattr__(self, "checkpointing", mode)
-        object.__setattr__(self, "selective_ac_option", option)
-        object.__setattr__(self, "activation_checkpointing", mode != "none")
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Anything recomputed (selective or full): the flag records and plans carried before the modes."""
+        return self.checkpointing != "none"
 
     @property
     def per_op_checkpointing(self) -> bool:
@@ -252,11 +244,39 @@ class Run:
         return self.num_gpus
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), model=self.model.to_dict(), gpus=list(self.gpus))
+        """Every field, the model as its shape; `activation_checkpointing` too, after the sequence (the key
+        JSON had before the modes)."""
+        data = dict(asdict(self), model=self.model.to_dict(), gpus=list(self.gpus))
+        at = list(data).index("seq_len") + 1
+        items = list(data.items())
+        return dict([*items[:at], ("activation_checkpointing", self.activation_checkpointing), *items[at:]])
 
     @classmethod
     def from_dict(cls, data: dict) -> Run:
-        return cls(**dict(data, model=ModelSpec.from_dict(data["model"]), gpus=tuple(data["gpus"])))
+        """A run from its JSON (keys that are no field of Run are left out: a plan row's outcome, say). JSON
+        written before the checkpointing modes has the flag alone: True reads as "full", a mode's name as it."""
+        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        given["checkpointing"] = checkpointing_of(data)
+        return cls(**dict(given, model=ModelSpec.from_dict(data["model"]), gpus=tuple(data["gpus"])))
+
+
+def checkpointing_of(data: dict) -> str:
+    """The checkpointing mode of a run's JSON: "checkpointing", else what the flag that predates it stands for
+    (mode_of_flag); both given must agree."""
+    mode = str(data.get("checkpointing") or "none").strip().lower()
+    flag = data.get("activation_checkpointing", False)
+    if mode == "none":
+        return mode_of_flag(flag)
+    if isinstance(flag, str) and mode_of_flag(flag) != mode:
+        raise UsageError(f"activation checkpointing asked for as both {flag!r} and {mode!r}: give one mode")
+    return mode
+
+
+def mode_of_flag(flag: bool | str) -> str:
+    """The mode the flag that predates the modes stands for: True "full", False "none", a mode's name itself."""
+    if isinstance(flag, str):
+        return flag.strip().lower()
+    return "full" if flag else "none"
 
 
 def island_shard_group_size(islands, num_gpus: int) -> int:

@@ -38,7 +38,7 @@ def test_an_alias_becomes_its_strategy_and_a_gpu_list_a_tuple():
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"strategy": "zero4"}, "unknown strategy 'zero4'; valid strategies: ddp, zero1, zero2, zero3, hsdp"),
-    ({"micro_batch": 0}, "micro-batch must be a positive number of sequences, not 0"),
+    ({"micro_batch": 0}, "--micro-batch must be at least 1, not 0"),
     ({"seq_len": -1}, "sequence length must be a positive number of tokens, not -1"),
     ({"fabric": "infiniband"}, "unknown fabric 'infiniband'; valid: nvlink, pcie"),
     ({"engine": "megatron"}, "unknown engine 'megatron'"),
@@ -76,7 +76,31 @@ def test_placing_hsdp_takes_the_nvlink_island_as_its_shard_group():
 
 
 def test_a_run_round_trips_through_json_with_its_model():
-    run = Run(load_model("qwen2.5-0.5b"), (0, 1), "hsdp", micro_batch=2, seq_len=1024, activation_checkpointing=True,
+    run = Run(load_model("qwen2.5-0.5b"), (0, 1), "hsdp", micro_batch=2, seq_len=1024, checkpointing="full",
               compile=True, fabric="pcie", shard_group_size=2, engine="deepspeed")
     again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
     assert again == run and again.model.params == run.model.params
+    assert run.to_dict()["activation_checkpointing"] is True  # the key JSON had before the modes stays
+
+
+@pytest.mark.parametrize("legacy, mode", [
+    ({"activation_checkpointing": True}, "full"),  # written before the modes: the flag alone
+    ({"activation_checkpointing": False}, "none"),
+    ({"activation_checkpointing": "selective"}, "selective"),  # a mode's name in the flag
+    ({"activation_checkpointing": True, "checkpointing": "selective"}, "selective"),  # both, as written now
+])
+def test_json_with_the_flag_that_predates_the_modes_is_read_once_into_the_mode(legacy, mode):
+    data = {k: v for k, v in Run(TINY, (0, 1), "zero3").to_dict().items()
+            if k not in ("checkpointing", "activation_checkpointing")}
+    assert Run.from_dict({**data, **legacy}).checkpointing == mode
+
+
+def test_json_with_two_different_modes_is_refused():
+    data = dict(Run(TINY, (0, 1), "zero3").to_dict(), activation_checkpointing="selective", checkpointing="full")
+    with pytest.raises(UsageError, match="give one mode"):
+        Run.from_dict(data)
+
+
+def test_a_run_takes_no_checkpointing_flag_only_the_mode():
+    with pytest.raises(TypeError):
+        Run(TINY, (0, 1), "zero3", activation_checkpointing=True)  # type: ignore[call-arg]

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
 from topowise.models.spec import ModelSpec
-from topowise.run import STRATEGY_NAMES, Run
+from topowise.run import STRATEGY_NAMES, Run, mode_of_flag
 from topowise.units import MIB
 
 
@@ -66,7 +66,7 @@ class Case:
     def run(self, model: ModelSpec, gpus: Iterable[int], shard_group_size: int | None = None) -> Run:
         """The case on these GPUs, with `model` the spec its name stands for."""
         return Run(model, tuple(gpus), self.strategy, micro_batch=self.micro_batch, seq_len=self.seq_len,
-                   activation_checkpointing=self.activation_checkpointing, fabric=self.fabric,
+                   checkpointing=mode_of_flag(self.activation_checkpointing), fabric=self.fabric,
                    shard_group_size=shard_group_size, compile=self.compile,
                    selective_ac_option=self.selective_ac_option, engine=self.engine)
 

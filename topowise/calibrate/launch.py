@@ -18,6 +18,7 @@ from topowise.expectations import with_expected_busbw
 from topowise.measure import gpu_clocks, launcher
 from topowise.measure.comm import CommConfig
 from topowise.measure.records import fabric_label, read_records
+from topowise.run import mode_of_flag
 
 RECORD_FILES = {"collective": "collectives.jsonl", "train": "train.jsonl", "matmul": "matmul.jsonl",
                 "hbm_pass": "passes.jsonl", "encryption": "encryption.jsonl"}  # encryption: the parent's (crypto.py)
@@ -80,7 +81,8 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
     # one bench-train request per case, so that the rank can check between cases that the last one
     # left no memory behind (it would count in the next one's max_memory_allocated)
     train = [{"model": c.model, "strategies": c.strategy, "micro_batch": c.micro_batch, "seq_len": c.seq_len,
-              "steps": plan.steps, "warmup": plan.warmup, "activation_checkpointing": c.activation_checkpointing,
+              "steps": plan.steps, "warmup": plan.warmup, "checkpointing": mode_of_flag(c.activation_checkpointing),
+              "selective_ac_option": c.selective_ac_option,
               "compile": c.compile, "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
               "out": str(records_dir / RECORD_FILES["train"])} for c in cases]
     passes = None

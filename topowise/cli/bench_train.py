@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 
 from topowise.cli.flags import add_checkpointing_arguments, checkpointing_from_args
 from topowise.run import ENGINES, FABRICS, STRATEGY_NAMES
@@ -63,17 +62,13 @@ def run(args: argparse.Namespace) -> int:
     from topowise.measure import train
 
     every = train.DEEPSPEED_STRATEGIES if args.engine == "deepspeed" else STRATEGY_NAMES
+    mode, option = checkpointing_from_args(args)  # --activation-checkpointing is --checkpointing full
     request = train.make_request(
         model=args.model, strategies=args.strategies or ",".join(every), micro_batch=args.micro_batch,
-        seq_len=args.seq_len,
-        steps=args.steps, warmup=args.warmup, activation_checkpointing=args.activation_checkpointing,
+        seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, checkpointing=mode, selective_ac_option=option,
         compile=args.compile, fabric=args.fabric, device=args.device, nproc=args.nproc,
         shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr,
         engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus)
-    mode, option = checkpointing_from_args(args)
-    if mode != "none":  # every case's run with the mode (make_request takes the legacy flag only)
-        request = replace(request, cases=tuple(
-            replace(c, run=replace(c.run, checkpointing=mode, selective_ac_option=option)) for c in request.cases))
     topology = _topology(args.topology, request)
 
     def expect(case):

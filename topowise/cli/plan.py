@@ -45,14 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "accumulation for (default 0.1)")
 
 
-def positive_int(text: str | None, flag: str) -> int | None:
+def whole_number(text: str | None, flag: str) -> int | None:
+    """The flag's integer (None when not given); what it must be is for whoever takes it (Run: --micro-batch)."""
     if text is None:
         return None
     try:
-        value = int(str(text).strip())
+        return int(str(text).strip())
     except ValueError:
         raise UsageError(f"{flag} {text!r} is not a positive integer (e.g. {flag} 2)") from None
-    if value < 1:
+
+
+def positive_int(text: str | None, flag: str) -> int | None:
+    value = whole_number(text, flag)
+    if value is not None and value < 1:
         raise UsageError(f"{flag} {text!r} is not a positive integer (e.g. {flag} 2)")
     return value
 
@@ -72,11 +77,11 @@ def plan_inputs(args: argparse.Namespace):
     from topowise.topology.model import parse_gpu_list
 
     num_gpus = positive_int(args.num_gpus, "--num-gpus")
-    micro_batch = positive_int(args.micro_batch, "--micro-batch")
+    micro_batch = whole_number(args.micro_batch, "--micro-batch")  # Run says what a micro-batch must be
     seq_len = positive_int(args.seq_len, "--seq-len")
     model = model_from_args(args)  # a preset, a config.json, or module:function (with --model-profile)
     if getattr(model, "model_profile", None) is not None:  # measured at one micro-batch: plan at that one
-        micro_batch = micro_batch or model.model_profile.micro_batch
+        micro_batch = model.model_profile.micro_batch if micro_batch is None else micro_batch
     topo = load_topology(args.topology, getattr(args, "gpu_name", None), need_gpu_model=True)
     if num_gpus is not None and num_gpus > topo.num_gpus:
         raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
@@ -87,7 +92,7 @@ def plan_inputs(args: argparse.Namespace):
     kwargs = {"wan_share": _fraction(args.wan_share, "--wan-share")} if getattr(args, "wan_share", None) else {}
     kwargs["compile_choices"] = compile_choices(model, bool(getattr(args, "compile", False)))
     return model, topo, {**kwargs, "num_gpus": num_gpus, "gpus": gpus,
-                         "micro_batches": (micro_batch,) if micro_batch else None, "seq_len": seq_len,
+                         "micro_batches": None if micro_batch is None else (micro_batch,), "seq_len": seq_len,
                          "profile": profile, "fabric": args.fabric, "engine": getattr(args, "engine", "pytorch")}
 
 
@@ -237,7 +242,7 @@ def _show(result, as_json: bool) -> None:
               f"{' (PCIe what-if)' if result.fabric == 'pcie' else ''}", highlight=False)
     if result.plans:
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
-        compiled = any(p.compile for p in result.ranked)  # a column only where compiling was a choice
+        compiled = any(p.run.compile for p in result.ranked)  # a column only where compiling was a choice
         for header, justify in (("#", "right"), ("strategy", "left"), ("GPUs (shard groups)", "left"),
                                 ("mb", "right"), ("AC", "left"), *((("compile", "left"),) if compiled else ()),
                                 ("step ms", "right"), ("tokens/s", "right"), ("peak GiB", "right")):
@@ -245,8 +250,8 @@ def _show(result, as_json: bool) -> None:
         for i, p in enumerate(result.plans, 1):
             gpus = all_groups(p.gpus, p.shard_group_size) if p.shard_group_size else gpu_list(p.gpus)
             pred = p.prediction
-            table.add_row(str(i), p.strategy, gpus, str(p.micro_batch), checkpoint_cell(pred.run),
-                          *(("yes" if p.compile else "no",) if compiled else ()),
+            table.add_row(str(i), p.strategy, gpus, str(p.run.micro_batch), checkpoint_cell(p.run),
+                          *(("yes" if p.run.compile else "no",) if compiled else ()),
                           f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
                           f"{pred.memory.peak_bytes / 2**30:.1f}")
         print_whole(out, table)
@@ -261,8 +266,8 @@ def _show(result, as_json: bool) -> None:
     if result.infeasible:
         out.print(f"{len(result.infeasible)} candidates do not fit, e.g.:", highlight=False)
         for i in result.infeasible[:3]:
-            _prose(out, f"{plan_label(i)}, micro-batch {i.micro_batch}{i.words}: {i.reason}",  # as the reasons name it
-                   "  ", "    ")
+            # as the reasons name it
+            _prose(out, f"{plan_label(i)}, micro-batch {i.run.micro_batch}{i.words}: {i.reason}", "  ", "    ")
     if result.suggestion:
         _prose(out, f"suggestion: {result.suggestion}")
 

@@ -41,19 +41,19 @@ def export_notes(kind: str, plan: LaunchPlan) -> tuple[str, ...]:
     if kind != "deepspeed":
         return ()
     notes = [f"topowise plan: {plan.summary()}", *(f"warning: {w}" for w in plan.warnings)]
-    if plan.checkpointing == "full":
+    if plan.run.checkpointing == "full":
         notes.append("the plan fits with full activation checkpointing, which a DeepSpeed config does not turn on: "
                      "enable it in the model (e.g. gradient_checkpointing_enable(), or "
                      "deepspeed.checkpointing.checkpoint around each block)")
-    elif plan.checkpointing == "selective":
-        option = str(plan.selective_ac_option or "op")
-        words = checkpoint_words(plan.checkpointing, option)
+    elif plan.run.checkpointing == "selective":
+        option = str(plan.run.selective_ac_option or "op")
+        words = checkpoint_words(plan.run.checkpointing, option)
         how = ("torch.utils.checkpoint with create_selective_checkpoint_contexts around each block" if option == "op"
                else "a checkpoint around those blocks")
         notes.append(f"the plan fits with {words} activation checkpointing, which a DeepSpeed config does not turn "
                      f"on: enable it in the model ({how}; gradient_checkpointing_enable() checkpoints every block "
                      "whole: less memory, more recompute than planned)")
-    if plan.engine != "deepspeed":
+    if plan.run.engine != "deepspeed":
         notes.append("the step was predicted as PyTorch's FSDP2 runs this strategy; plan --engine deepspeed "
                      "predicts DeepSpeed's ZeRO (its own host work and buckets)")
     return tuple(notes)
@@ -63,10 +63,10 @@ def check_engine(kind: str, plan: LaunchPlan) -> None:
     """A plan predicted as DeepSpeed runs ZeRO exports only to what runs DeepSpeed: its config, accelerate's
     DeepSpeed plugin, or a launcher (torchrun, slurm) that starts your DeepSpeed script. torchtitan runs
     FSDP2 only; accelerate's plugin settings have no ZeRO++ hpZ (hsdp)."""
-    if plan.engine != "deepspeed":
+    if plan.run.engine != "deepspeed":
         return
     if kind == "torchtitan":
-        raise UsageError(f"this {plan.strategy} plan was predicted as DeepSpeed runs it (--engine deepspeed), and "
+        raise UsageError(f"this {plan.run.strategy} plan was predicted as DeepSpeed runs it (--engine deepspeed), and "
                          "torchtitan runs FSDP2, not DeepSpeed: export deepspeed or accelerate, or plan with "
                          "--engine pytorch for torchtitan")
     if kind == "accelerate" and plan.spec.replicated:

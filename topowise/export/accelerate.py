@@ -23,7 +23,7 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
         "debug": False,
         "distributed_type": "MULTI_GPU",
         "downcast_bf16": "no",
-        "gpu_ids": ",".join(str(g) for g in plan.gpus),
+        "gpu_ids": ",".join(str(g) for g in plan.run.gpus),
         "machine_rank": 0,
         "main_training_function": "main",
         "mixed_precision": "bf16",
@@ -54,12 +54,12 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_offload_params": False,
             "fsdp_cpu_ram_efficient_loading": False,
-            "fsdp_activation_checkpointing": plan.activation_checkpointing,
+            "fsdp_activation_checkpointing": plan.run.activation_checkpointing,
         }
-        if spec.replicated and plan.shard_group_size:
+        if spec.replicated and plan.run.shard_group_size:
             config["parallelism_config"] = {
-                "parallelism_config_dp_replicate_size": plan.nproc // plan.shard_group_size,
-                "parallelism_config_dp_shard_size": plan.shard_group_size,
+                "parallelism_config_dp_replicate_size": plan.nproc // plan.run.shard_group_size,
+                "parallelism_config_dp_shard_size": plan.run.shard_group_size,
                 "parallelism_config_tp_size": 1,
                 "parallelism_config_cp_size": 1,
             }
@@ -68,7 +68,7 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
 
 def config_is_deepspeed(plan: LaunchPlan) -> bool:
     """Whether the config runs DeepSpeed (zero1 always; every sharded strategy under --engine deepspeed)."""
-    return plan.nproc > 1 and plan.spec.sharded and (not plan.spec.fsdp or plan.engine == "deepspeed")
+    return plan.nproc > 1 and plan.spec.sharded and (not plan.spec.fsdp or plan.run.engine == "deepspeed")
 
 
 def _scalar(value) -> str:
@@ -82,7 +82,7 @@ def _scalar(value) -> str:
 def accelerate_config(plan: LaunchPlan) -> str:
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
-    if plan.activation_checkpointing and config_is_deepspeed(plan):
+    if plan.run.activation_checkpointing and config_is_deepspeed(plan):
         lines.append("# activation checkpointing: enable it in the model (e.g. gradient_checkpointing_enable())")
     if getattr(plan, "checkpointing", "") == "selective" and not config_is_deepspeed(plan):
         lines.append("# selective checkpointing is no accelerate option: fsdp_activation_checkpointing is full "

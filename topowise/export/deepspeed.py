@@ -48,8 +48,8 @@ def zero_config(strategy: str, *, micro_batch: int, link_gbps: float | None, npr
 
 
 def deepspeed_config(plan: LaunchPlan) -> dict:
-    return zero_config(plan.strategy, micro_batch=plan.micro_batch, link_gbps=plan.link_gbps, nproc=plan.nproc,
-                       shard_group_size=plan.shard_group_size)
+    return zero_config(plan.run.strategy, micro_batch=plan.run.micro_batch, link_gbps=plan.link_gbps, nproc=plan.nproc,
+                       shard_group_size=plan.run.shard_group_size)
 
 
 def deepspeed_config_json(plan: LaunchPlan) -> str:

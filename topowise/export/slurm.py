@@ -20,5 +20,5 @@ def sbatch_script(plan: LaunchPlan, command=("train.py",), job_name: str | None 
         notes.append(f"the whole node is held so that these {plan.nproc_per_node} GPUs are the ones the plan chose")
     return multinode.sbatch_multinode(
         plan.num_nodes, plan.node_gpus if subset else plan.nproc_per_node, plan.nproc_per_node,
-        script_args(command), plan.env, job_name or f"topowise-{plan.strategy}", plan.summary(), plan.warnings,
+        script_args(command), plan.env, job_name or f"topowise-{plan.run.strategy}", plan.summary(), plan.warnings,
         notes, exclusive=subset)

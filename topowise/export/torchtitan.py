@@ -15,7 +15,7 @@ from topowise.export.plan import LaunchPlan
 
 def plan_checkpointing(plan: LaunchPlan) -> tuple[str, str]:
     """(mode, selective_ac_option) of the plan."""
-    return plan.checkpointing, str(plan.selective_ac_option or "op")
+    return plan.run.checkpointing, plan.run.selective_ac_option
 
 
 def torchtitan_args(plan: LaunchPlan) -> list[str]:
@@ -25,8 +25,8 @@ def torchtitan_args(plan: LaunchPlan) -> list[str]:
     n, spec = plan.nproc, plan.spec
     if not spec.sharded:  # ddp
         replicate, shard, reshard = n, 1, None
-    elif spec.replicated and plan.shard_group_size:  # hsdp
-        replicate, shard, reshard = n // plan.shard_group_size, plan.shard_group_size, "always"
+    elif spec.replicated and plan.run.shard_group_size:  # hsdp
+        replicate, shard, reshard = n // plan.run.shard_group_size, plan.run.shard_group_size, "always"
     else:
         replicate, shard, reshard = 1, n, "always" if spec.reshard_after_forward else "never"
     args = [
@@ -40,8 +40,8 @@ def torchtitan_args(plan: LaunchPlan) -> list[str]:
     if mode == "selective":
         args += ["--activation_checkpoint.selective_ac_option", option]
     args += [
-        "--training.local_batch_size", str(plan.micro_batch),
-        "--training.seq_len", str(plan.seq_len),
+        "--training.local_batch_size", str(plan.run.micro_batch),
+        "--training.seq_len", str(plan.run.seq_len),
     ]
     return args
 

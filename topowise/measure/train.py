@@ -133,12 +133,12 @@ def check_engine(engine: str, strategies: tuple[str, ...]) -> None:
         raise UsageError(f"--engine deepspeed needs DeepSpeed, which is not installed here: {DEEPSPEED_INSTALL_HINT}")
 
 
-def validate_sizes(spec: ModelSpec, *, micro_batch: int, seq_len: int, steps: int, warmup: int, nproc: int,
-                   timeout_s: float) -> None:
+def validate_sizes(spec: ModelSpec, *, seq_len: int, steps: int, warmup: int, nproc: int, timeout_s: float) -> None:
+    """What only the bench takes (steps, processes, a timeout, the families it builds); the micro-batch is Run's."""
     # a module:function model without a sequence (vision, recommendation) counts items with --seq-len 1
     least_seq = 1 if spec.family == "callable" else 2
-    for flag, value, least in (("--micro-batch", micro_batch, 1), ("--seq-len", seq_len, least_seq),
-                               ("--steps", steps, 1), ("--warmup", warmup, 0), ("--nproc", nproc, 1)):
+    for flag, value, least in (("--seq-len", seq_len, least_seq), ("--steps", steps, 1), ("--warmup", warmup, 0),
+                               ("--nproc", nproc, 1)):
         if value < least:
             raise UsageError(f"{flag} must be at least {least}, not {value}")
     if timeout_s <= 0:
@@ -175,7 +175,7 @@ def hsdp_layout(world_size: int, requested: int | None = None,
 
 
 def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: int = 4096, steps: int = 10,
-                 warmup: int = 3, activation_checkpointing: bool = False, compile: bool = False,
+                 warmup: int = 3, checkpointing: str = "none", selective_ac_option: str = "op", compile: bool = False,
                  fabric: str = "nvlink", device: str | None = None, nproc: int | None = None,
                  shard_group_size: int | None = None, timeout_s: float = 600.0, out: str | None = None,
                  seed: int = 0, lr: float = TrainCase.lr, engine: str = "pytorch", trace: str | None = None,
@@ -204,8 +204,7 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
         if nproc > gpus and not launcher.in_job():
             raise UsageError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs")
     nproc = 2 if nproc is None else nproc
-    validate_sizes(spec, micro_batch=micro_batch, seq_len=seq_len, steps=steps, warmup=warmup, nproc=nproc,
-                   timeout_s=timeout_s)
+    validate_sizes(spec, seq_len=seq_len, steps=steps, warmup=warmup, nproc=nproc, timeout_s=timeout_s)
     job = launcher.job_size()
     world = job[0] if job else nproc
     note = None
@@ -216,13 +215,15 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
     elif shard_group_size is not None:
         hsdp_layout(world, shard_group_size)  # still a clear error for a bad value
     cases = tuple(
-        TrainCase(Run(spec, tuple(range(world)), name, micro_batch=micro_batch, seq_len=seq_len,
-                      activation_checkpointing=activation_checkpointing, compile=compile, fabric=fabric,
-                      shard_group_size=shard if STRATEGIES[name].replicated else None, engine=engine),
+        TrainCase(run=Run(model=spec, gpus=tuple(range(world)), strategy=name, micro_batch=micro_batch,
+                          seq_len=seq_len, compile=compile, fabric=fabric,
+                          shard_group_size=shard if STRATEGIES[name].replicated else None, engine=engine,
+                          checkpointing=checkpointing, selective_ac_option=selective_ac_option),
                   steps=steps, warmup=warmup, device=device, seed=seed, lr=lr)
         for name in names)
     trace, nsys = parse_trace(trace)
-    return TrainRequest(cases, nproc, timeout_s, out, note, trace, pin_cpus, nsys)
+    return TrainRequest(cases=cases, nproc=nproc, timeout_s=timeout_s, out=out, hsdp_note=note, trace=trace,
+                        nsys=nsys, pin_cpus=pin_cpus)
 
 
 NSYS_DEFAULT_DIR = "topowise-nsys"

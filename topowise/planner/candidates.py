@@ -1,10 +1,9 @@
 """Candidates: strategy x GPU subset x micro-batch x activation checkpointing (x compile), island-aware.
 
-Checkpointing takes four values: False (none), "selective" per op (torchtitan's default), "selective"
-every 2nd block (torchtitan's `selective_ac_option` 2: half the blocks recomputed whole, and none of per
-op's Python on every operator, which sets the step of small models on a fast GPU), True (full). They go
-into Run.activation_checkpointing, which takes a mode's name as well as a bool (the run's `checkpointing`
-then says which), with the option beside it.
+A candidate is a `Run` and the placement that chose its GPUs. Checkpointing takes four values: none,
+selective per op (torchtitan's default), selective every 2nd block (torchtitan's `selective_ac_option` 2:
+half the blocks recomputed whole, and none of per op's Python on every operator, which sets the step of
+small models on a fast GPU), full.
 
 GPU subsets are never all C(n, k): for k GPUs we take the topology's best subset (fewest NVLink
 islands, fastest ring), the first k indices (what people type), and a spread across islands (what a
@@ -16,39 +15,41 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from topowise.models.spec import ModelSpec
 from topowise.planner.regions import region_sizes
-from topowise.run import STRATEGIES
+from topowise.run import STRATEGIES, Run
 from topowise.topology.model import Topology
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
-# (activation_checkpointing, selective_ac_option): none, per op, every 2nd block, full
-CHECKPOINTING_CHOICES: tuple[tuple[bool | str, str], ...] = ((False, "op"), ("selective", "op"), ("selective", "2"),
-                                                            (True, "op"))
+# (checkpointing, selective_ac_option): none, per op, every 2nd block, full
+CHECKPOINTING_CHOICES: tuple[tuple[str, str], ...] = (("none", "op"), ("selective", "op"), ("selective", "2"),
+                                                      ("full", "op"))
 COMMON_SHARD_SIZES = (2, 4, 8)  # shard groups people use even where no island has that size
 
 
 @dataclass(frozen=True)
 class Candidate:
-    strategy: str
-    gpus: tuple[int, ...]
-    micro_batch: int
-    activation_checkpointing: bool | str  # with selective_ac_option, one of CHECKPOINTING_CHOICES
-    shard_group_size: int | None = None
-    placement: str = "best"  # best | first | spread | given
-    compile: bool = False  # torch.compile of each block
-    selective_ac_option: str = "op"  # with "selective": per op, or every k-th block
+    run: Run
+    placement: str = "best"  # best | first | spread | given: how its GPUs were chosen
 
     @property
     def group_key(self) -> tuple:
         """Candidates that differ only in micro-batch (memory grows with it: the search stops at the first miss)."""
-        return (self.strategy, self.gpus, self.shard_group_size, self.activation_checkpointing,
-                self.selective_ac_option, self.compile)
+        r = self.run
+        return (r.strategy, r.gpus, r.shard_group_size, r.checkpointing, r.selective_ac_option, r.compile)
 
     @property
     def memory_key(self) -> tuple:
         """Memory depends on the GPU count, not on which GPUs: one miss rules out every placement."""
-        return (self.strategy, len(self.gpus), self.shard_group_size, self.activation_checkpointing,
-                self.selective_ac_option, self.compile, self.micro_batch)
+        r = self.run
+        return (r.strategy, len(r.gpus), r.shard_group_size, r.checkpointing, r.selective_ac_option, r.compile,
+                r.micro_batch)
+
+
+def engine_for(strategy: str, engine: str) -> str:
+    """DeepSpeed's stage 0 is not modelled: a ddp run (only a suggestion's one-GPU fallback, with engine
+    deepspeed) is predicted as PyTorch runs it."""
+    return engine if STRATEGIES[strategy].deepspeed_stage is not None else "pytorch"
 
 
 def shard_groups(gpus: tuple[int, ...], size: int | None) -> tuple[tuple[int, ...], ...]:
@@ -113,11 +114,12 @@ def strategy_options(topo: Topology, k: int) -> tuple[tuple[str, int | None], ..
             *((name, size) for name, s in STRATEGIES.items() if s.replicated for size in shard_group_sizes(topo, k)))
 
 
-def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
+def enumerate_candidates(topo: Topology, model: ModelSpec, *, seq_len: int = 4096, fabric: str = "nvlink",
+                         engine: str = "pytorch", num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
                          micro_batches: tuple[int, ...] | None = None,
                          compile_choices: tuple[bool, ...] = (False,)) -> list[Candidate]:
-    """Every candidate, micro-batches ascending inside each (strategy, GPUs, shard, checkpointing, compile)
-    group; `compile_choices`: (False,) eager only, (False, True) eager and compiled."""
+    """Every candidate run of `model`, micro-batches ascending inside each (strategy, GPUs, shard,
+    checkpointing, compile) group; `compile_choices`: (False,) eager only, (False, True) eager and compiled."""
     mbs = tuple(sorted(set(micro_batches or DEFAULT_MICRO_BATCHES)))
     if gpus is not None:
         where = [("given", island_order(topo, gpus))]
@@ -129,7 +131,12 @@ def enumerate_candidates(topo: Topology, *, num_gpus: int | None = None, gpus: t
     for k in counts:
         for label, subset in where or placements(topo, k):
             for strategy, shard in strategy_options(topo, k):
-                for ac, option in CHECKPOINTING_CHOICES:
+                for mode, option in CHECKPOINTING_CHOICES:
                     for compiled in compile_choices:
-                        out.extend(Candidate(strategy, subset, mb, ac, shard, label, compiled, option) for mb in mbs)
+                        out.extend(Candidate(run=Run(model=model, gpus=subset, strategy=strategy, micro_batch=mb,
+                                                     seq_len=seq_len, compile=compiled, fabric=fabric,
+                                                     shard_group_size=shard, engine=engine_for(strategy, engine),
+                                                     checkpointing=mode, selective_ac_option=option),
+                                             placement=label)
+                                   for mb in mbs)
     return out

@@ -14,7 +14,7 @@ from topowise.planner.candidates import shard_groups
 from topowise.units import GIB
 
 if TYPE_CHECKING:  # search imports explain; only types flow back
-    pass
+    from topowise.planner.search import Infeasible, Plan
 
 LINK_NAMES = {"NV": "NVLink", "PCIe": "PCIe", "local": "local memory", "NET": "the network between nodes"}
 OP_NAMES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce",
@@ -56,8 +56,8 @@ def label(strategy: str, gpus: tuple[int, ...], shard_group_size: int | None = N
     return f"{strategy} on GPUs {gpu_list(gpus)}"
 
 
-def plan_label(p) -> str:
-    return label(p.strategy, p.gpus, p.shard_group_size)
+def plan_label(p: Plan | Infeasible) -> str:
+    return label(p.run.strategy, p.run.gpus, p.run.shard_group_size)
 
 
 def pct(x: float) -> str:
@@ -116,10 +116,10 @@ def host_phrase(pred, whose: str = "the") -> str | None:
 
 def facts(p) -> str:
     pred = p.prediction
-    ac = f", {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
+    ac = f", {pred.run.checkpoint_words} activation checkpointing" if pred.run.activation_checkpointing else ""
     ac += ", compiled" if pred.run.compile else ""
     host = host_phrase(pred)
-    return (f"{pred.tokens_per_s:,.0f} tokens/s at micro-batch {p.micro_batch}{ac}; {comm_phrase(pred)}; "
+    return (f"{pred.tokens_per_s:,.0f} tokens/s at micro-batch {pred.run.micro_batch}{ac}; {comm_phrase(pred)}; "
             + (f"{host}; " if host else "")
             + f"peak {pred.memory.peak_bytes / GIB:.1f} of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB")
 
@@ -128,7 +128,8 @@ def compile_note(plans) -> str:
     """Whether compiling the blocks changes which strategy ranks first, and what compiling buys it;
     `plans`: every feasible plan, eager and compiled (not collapsed by rank)."""
     def fastest(compiled: bool):
-        return max((p for p in plans if p.compile == compiled), key=lambda p: p.prediction.tokens_per_s, default=None)
+        return max((p for p in plans if p.run.compile == compiled), key=lambda p: p.prediction.tokens_per_s,
+                   default=None)
 
     eager, compiled = fastest(False), fastest(True)
     if eager is None or compiled is None:
@@ -159,11 +160,11 @@ def contrast(fast, slow) -> str:
         parts.append(text)
     if host_fraction(b) - host_fraction(a) >= NOTABLE_EXPOSED:
         parts.append(f"{plan_label(slow)}: {host_phrase(b, 'its')}")
-    if slow.activation_checkpointing and slow.checkpointing != fast.checkpointing:
-        parts.append(f"it recomputes activations in backward ({slow.prediction.run.checkpoint_words} checkpointing"
-                     + (")" if not fast.activation_checkpointing else f" against {fast.checkpointing})"))
-    if slow.micro_batch < fast.micro_batch:
-        parts.append(f"micro-batch {slow.micro_batch} against {fast.micro_batch}")
+    if slow.run.activation_checkpointing and slow.run.checkpointing != fast.run.checkpointing:
+        parts.append(f"it recomputes activations in backward ({slow.run.checkpoint_words} checkpointing"
+                     + (")" if not fast.run.activation_checkpointing else f" against {fast.run.checkpointing})"))
+    if slow.run.micro_batch < fast.run.micro_batch:
+        parts.append(f"micro-batch {slow.run.micro_batch} against {fast.run.micro_batch}")
     if not parts:
         parts.append(f"step {b.step_time_s * 1e3:.0f} ms against {a.step_time_s * 1e3:.0f} ms")
     text = f"{pct(ratio)} of the throughput of {plan_label(fast)}: " + "; ".join(parts)
@@ -290,7 +291,7 @@ def memory_trade(ranked: list, infeasible: Iterable) -> str | None:
     k = len(best.gpus)
     if any(p.strategy == "ddp" and len(p.gpus) == k for p in ranked):
         return None  # some ddp fits on k GPUs: sharding was a choice, not forced
-    ddp = [i for i in infeasible if i.strategy == "ddp" and len(i.gpus) == k]
+    ddp = [i for i in infeasible if i.run.strategy == "ddp" and len(i.run.gpus) == k]
     if not ddp:
         return None
     need = min(ddp, key=lambda i: i.peak_memory_bytes)

@@ -20,38 +20,57 @@ from topowise.costmodel.profile import Profile, default_profile
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 from topowise.planner import explain, regions
-from topowise.planner.candidates import Candidate, enumerate_candidates
-from topowise.run import CHECKPOINTING, ENGINES, FABRICS, STRATEGIES, Run, checkpoint_words
+from topowise.planner.candidates import Candidate, engine_for, enumerate_candidates
+from topowise.run import CHECKPOINTING, ENGINES, FABRICS, Run
 from topowise.topology.model import Topology
 from topowise.units import GIB
 
 
+def run_row(run: Run) -> dict:
+    """The run as a plan row says it: strategy, GPUs, micro-batch, checkpointing, compile, shard group, then any
+    setting Run gains. The model, sequence, fabric and engine are the result's, said once."""
+    data = run.to_dict()
+    for key in ("model", "seq_len", "fabric", "engine"):
+        del data[key]
+    first = {key: data.pop(key) for key in ROW_ORDER}
+    return {**first, **data}
+
+
+# The order of a plan row's run keys in `plan --json` (a key that Run gains follows them)
+ROW_ORDER = ("strategy", "gpus", "micro_batch", "activation_checkpointing", "checkpointing", "selective_ac_option",
+             "compile", "shard_group_size")
+
+
 @dataclass(frozen=True)
 class Plan:
-    prediction: Prediction  # its run says the strategy, GPUs, micro-batch, checkpointing, shard group
+    """A run that fits: its prediction (which holds the Run), why it ranks where it does, how its GPUs were chosen."""
+
+    prediction: Prediction
     why: str = ""
     placement: str = "best"
     wan: dict | None = None  # across regions: what the WAN costs the step (planner/regions.WanCost.to_dict())
 
-    strategy = property(lambda self: self.prediction.strategy)
-    gpus = property(lambda self: self.prediction.gpus)
-    micro_batch = property(lambda self: self.prediction.micro_batch)
-    activation_checkpointing = property(lambda self: self.prediction.activation_checkpointing)
-    checkpointing = property(lambda self: self.prediction.run.checkpointing)
-    shard_group_size = property(lambda self: self.prediction.shard_group_size)
-    compile = property(lambda self: self.prediction.run.compile)
+    @property
+    def run(self) -> Run:
+        return self.prediction.run
+
+    # what a plan's choice is named by (labels, the ranking, the notes): read everywhere
+    @property
+    def strategy(self) -> str:
+        return self.run.strategy
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return self.run.gpus
+
+    @property
+    def shard_group_size(self) -> int | None:
+        return self.run.shard_group_size
 
     def to_dict(self) -> dict:
         p = self.prediction
         return {
-            "strategy": self.strategy,
-            "gpus": list(self.gpus),
-            "micro_batch": self.micro_batch,
-            "activation_checkpointing": self.activation_checkpointing,
-            "checkpointing": self.checkpointing,
-            "selective_ac_option": p.run.selective_ac_option,
-            "compile": p.run.compile,
-            "shard_group_size": self.shard_group_size,
+            **run_row(self.run),
             "step_time_s": p.step_time_s,
             "tokens_per_s": p.tokens_per_s,
             "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
@@ -68,36 +87,23 @@ class Plan:
 
 @dataclass(frozen=True)
 class Infeasible:
-    strategy: str
-    gpus: tuple[int, ...]
-    micro_batch: int
-    activation_checkpointing: bool
-    shard_group_size: int | None
+    """A run that does not fit, with its memory and the reason."""
+
+    run: Run
     peak_memory_bytes: int
     gpu_memory_bytes: int
     reason: str
-    checkpointing: str = "none"  # none | selective | full (activation_checkpointing: not none)
-    selective_ac_option: str = "op"  # selective: per op, or every k-th block
-    compile: bool = False
 
     @property
     def words(self) -> str:
         """What was tried beyond the strategy, GPUs and micro-batch: ", selective (every 2nd block)
         checkpointing, compiled"; "" for none and eager."""
-        ac = f", {checkpoint_words(self.checkpointing, self.selective_ac_option)} checkpointing" \
-            if self.activation_checkpointing else ""
-        return ac + (", compiled" if self.compile else "")
+        ac = f", {self.run.checkpoint_words} checkpointing" if self.run.activation_checkpointing else ""
+        return ac + (", compiled" if self.run.compile else "")
 
     def to_dict(self) -> dict:
         return {
-            "strategy": self.strategy,
-            "gpus": list(self.gpus),
-            "micro_batch": self.micro_batch,
-            "activation_checkpointing": self.activation_checkpointing,
-            "checkpointing": self.checkpointing,
-            "selective_ac_option": self.selective_ac_option,
-            "compile": self.compile,
-            "shard_group_size": self.shard_group_size,
+            **run_row(self.run),
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": False,
             "reason": self.reason,
@@ -160,7 +166,9 @@ def memory_reason(pred: Prediction, profile: Profile | None = None) -> str:
             f"{headroom:.0%} kept free (over by {need - usable:,.1f} GiB)")
 
 
-def check_inputs(topo: Topology, num_gpus, gpus, micro_batches, seq_len, top) -> None:
+def check_inputs(topo: Topology, num_gpus: int | None, gpus: tuple[int, ...] | None, seq_len: int,
+                 top: int) -> None:
+    """What no Run can check: the GPU count against the topology, --top. (A micro-batch is checked by Run.)"""
     n = topo.num_gpus
     if num_gpus is not None and not 1 <= num_gpus <= n:
         raise UsageError(f"--num-gpus {num_gpus}: topology {topo.name!r} has {n} GPUs; give 1 to {n}")
@@ -169,32 +177,14 @@ def check_inputs(topo: Topology, num_gpus, gpus, micro_batches, seq_len, top) ->
             raise UsageError("--gpus names no GPU")
         if num_gpus is not None and num_gpus != len(gpus):
             raise UsageError(f"--num-gpus {num_gpus} disagrees with --gpus ({len(gpus)} GPUs); give one of them")
-    for mb in micro_batches or ():
-        if not isinstance(mb, int) or mb < 1:
-            raise UsageError(f"micro-batch {mb!r} is not a positive integer")
     if not isinstance(seq_len, int) or seq_len < 1:
         raise UsageError(f"sequence length {seq_len!r} is not a positive integer")
     if not isinstance(top, int) or top < 1:
         raise UsageError(f"--top {top!r} is not a positive integer")
 
 
-def candidate_run(model: ModelSpec, c: Candidate, *, seq_len: int, fabric: str, engine: str = "pytorch") -> Run:
-    # DeepSpeed's stage 0 is not modelled: a ddp candidate (only a suggestion's one-GPU fallback, with
-    # engine deepspeed) is predicted as PyTorch runs it
-    if STRATEGIES[c.strategy].deepspeed_stage is None:
-        engine = "pytorch"
-    return Run(model, c.gpus, c.strategy, micro_batch=c.micro_batch, seq_len=seq_len,
-               activation_checkpointing=c.activation_checkpointing, fabric=fabric,
-               shard_group_size=c.shard_group_size, engine=engine, compile=c.compile,
-               selective_ac_option=c.selective_ac_option)
-
-
-def predict_candidate(model, topo, c: Candidate, *, seq_len, fabric, profile, engine: str = "pytorch") -> Prediction:
-    return predict(candidate_run(model, c, seq_len=seq_len, fabric=fabric, engine=engine), topo, profile)
-
-
-def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, seq_len: int, fabric: str,
-             profile: Profile | None, engine: str = "pytorch") -> tuple[list[Plan], list[Infeasible], int]:
+def evaluate(topo: Topology, candidates: list[Candidate], *,
+             profile: Profile | None) -> tuple[list[Plan], list[Infeasible], int]:
     """(fitting plans, infeasible, predictions made), with the micro-batch and placement pruning."""
     fits: list[Plan] = []
     misses: list[Infeasible] = []
@@ -207,17 +197,16 @@ def evaluate(model: ModelSpec, topo: Topology, candidates: list[Candidate], *, s
         if c.memory_key in missed_memory:
             stopped_groups.add(c.group_key)
             continue
-        pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
+        pred = predict(c.run, topo, profile)
         made += 1
         if pred.fits:
             fits.append(Plan(pred, placement=c.placement))
         else:
             missed_memory.add(c.memory_key)
             stopped_groups.add(c.group_key)
-            misses.append(Infeasible(c.strategy, c.gpus, c.micro_batch, pred.run.activation_checkpointing,
-                                     c.shard_group_size, pred.memory.peak_bytes, pred.memory.gpu_memory_bytes,
-                                     memory_reason(pred, profile), pred.run.checkpointing,
-                                     pred.run.selective_ac_option, pred.run.compile))
+            misses.append(Infeasible(run=pred.run, peak_memory_bytes=pred.memory.peak_bytes,
+                                     gpu_memory_bytes=pred.memory.gpu_memory_bytes,
+                                     reason=memory_reason(pred, profile)))
     return fits, misses, made
 
 
@@ -225,7 +214,7 @@ def rank(plans: list[Plan]) -> list[Plan]:
     """Fastest first; ties to fewer GPUs, less recompute (none, selective, full), eager (no compile time),
     less memory, fewer NVLink islands. One entry per distinct choice."""
     ordered = sorted(plans, key=lambda p: (-p.prediction.tokens_per_s, len(p.gpus),
-                                           CHECKPOINTING.index(p.checkpointing), p.compile,
+                                           CHECKPOINTING.index(p.run.checkpointing), p.run.compile,
                                            p.prediction.memory.peak_bytes, p.prediction.islands_spanned, p.gpus))
     out: list[Plan] = []
     seen: set[tuple] = set()
@@ -249,7 +238,7 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
          wan_share: float = regions.DEFAULT_WAN_SHARE, compile_choices: tuple[bool, ...] = (False,)) -> PlanResult:
     """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring).
     wan_share: on a cluster with regions, the WAN share of a step the reasons aim gradient accumulation at."""
-    check_inputs(topo, num_gpus, gpus, micro_batches, seq_len, top)
+    check_inputs(topo, num_gpus, gpus, seq_len, top)
     if not 0 < wan_share < 1:
         raise UsageError(f"--wan-share {wan_share!r}: give a fraction between 0 and 1, e.g. 0.1")
     if fabric not in FABRICS:
@@ -258,15 +247,14 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
         raise UsageError(f"--engine {engine!r}: give {' or '.join(ENGINES)}")
     if True in compile_choices and engine == "deepspeed":
         raise UsageError("--compile is modelled for the PyTorch engine only; DeepSpeed's own compile is not")
-    candidates = enumerate_candidates(topo, num_gpus=num_gpus, gpus=gpus, micro_batches=micro_batches,
-                                      compile_choices=compile_choices)
+    candidates = enumerate_candidates(topo, model, seq_len=seq_len, fabric=fabric, engine=engine, num_gpus=num_gpus,
+                                      gpus=gpus, micro_batches=micro_batches, compile_choices=compile_choices)
     if engine == "deepspeed":
-        candidates = [c for c in candidates if STRATEGIES[c.strategy].deepspeed_stage is not None]
-    fits, misses, made = evaluate(model, topo, candidates, seq_len=seq_len, fabric=fabric, profile=profile,
-                                  engine=engine)
+        candidates = [c for c in candidates if c.run.spec.deepspeed_stage is not None]
+    fits, misses, made = evaluate(topo, candidates, profile=profile)
     ranked = rank(fits)
     shown = tuple(with_region_why(explain.with_why(ranked[:top], ranked, topo, profile), topo, wan_share))
-    misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.gpus), i.micro_batch))
+    misses.sort(key=lambda i: (i.peak_memory_bytes - i.gpu_memory_bytes, len(i.run.gpus), i.run.micro_batch))
     notes = explain.notes(ranked, topo, profile=profile) + regions.notes(ranked, topo, wan_share)
     compile_note = explain.compile_note(fits) if len(set(compile_choices)) > 1 else ""
     if compile_note:
@@ -303,44 +291,48 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
     """Nothing fits: the smallest change that would, with its memory. Tried in order of how much
     the run changes: a smaller micro-batch on the same GPUs, then more GPUs, then say it needs
     more than this node. (Checkpointing and zero3 on the asked GPUs were candidates already.)"""
-    closest = misses[0]  # sorted: least over first
+    closest = misses[0].run  # sorted: least over first
     head = (f"nothing fits; the closest, {explain.label(closest.strategy, closest.gpus, closest.shard_group_size)} "
             f"at micro-batch {closest.micro_batch}"
             f"{f' with {closest.checkpointing} activation checkpointing' if closest.activation_checkpointing else ''}, "
-            f"{closest.reason}")
+            f"{misses[0].reason}")
 
-    def first_fit(options) -> tuple[Candidate, Prediction] | None:
-        for c in options:
-            pred = predict_candidate(model, topo, c, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
+    def variant(strategy: str, gpus: tuple[int, ...], micro_batch: int, full: bool) -> Run:
+        return Run(model=model, gpus=gpus, strategy=strategy, micro_batch=micro_batch, seq_len=seq_len, fabric=fabric,
+                   engine=engine_for(strategy, engine), checkpointing="full" if full else "none")
+
+    def first_fit(options: list[Run]) -> Prediction | None:
+        for run in options:
+            pred = predict(run, topo, profile)
             if pred.fits:
-                return c, pred
+                return pred
         return None
 
-    def words(c: Candidate, pred: Prediction) -> str:
-        ac = f" with {pred.run.checkpoint_words} activation checkpointing" if pred.run.activation_checkpointing else ""
-        return (f"{explain.label(c.strategy, c.gpus, c.shard_group_size)} at micro-batch {c.micro_batch}{ac} "
+    def words(pred: Prediction) -> str:
+        run = pred.run
+        ac = f" with {run.checkpoint_words} activation checkpointing" if run.activation_checkpointing else ""
+        return (f"{explain.label(run.strategy, run.gpus, run.shard_group_size)} at micro-batch {run.micro_batch}{ac} "
                 f"needs {pred.memory.peak_bytes / GIB:.1f} GiB of {pred.memory.gpu_memory_bytes / GIB:.1f} GiB "
                 f"({pred.tokens_per_s:,.0f} tokens/s)")
 
-    tried_mb = min(c.micro_batch for c in candidates)
-    tried_gpus = {c.gpus for c in candidates}
+    tried_mb = min(c.run.micro_batch for c in candidates)
+    tried_gpus = {c.run.gpus for c in candidates}
     if tried_mb > 1:  # the asked micro-batch was fixed: go down to 1 on the same GPUs
-        smaller = [Candidate(s, g, mb, ac, None) for mb in range(tried_mb - 1, 0, -1)
+        smaller = [variant(s, g, mb, ac) for mb in range(tried_mb - 1, 0, -1)
                    for g in sorted(tried_gpus, key=len) for s in ("zero3",) for ac in (False, True) if len(g) > 1]
-        smaller += [Candidate("ddp", g, mb, ac) for mb in range(tried_mb - 1, 0, -1)
+        smaller += [variant("ddp", g, mb, ac) for mb in range(tried_mb - 1, 0, -1)
                     for g in tried_gpus if len(g) == 1 for ac in (False, True)]
         hit = first_fit(smaller)
         if hit:
-            return f"{head}. A smaller micro-batch would fit: {words(*hit)}"
+            return f"{head}. A smaller micro-batch would fit: {words(hit)}"
     most = max(len(g) for g in tried_gpus)
-    more = [Candidate("zero3", topo.best_subset(k), mb, ac) for k in range(most + 1, topo.num_gpus + 1)
+    more = [variant("zero3", topo.best_subset(k), mb, ac) for k in range(most + 1, topo.num_gpus + 1)
             for ac in (False, True) for mb in (tried_mb, 1)]
     hit = first_fit(more)
     if hit:
-        return f"{head}. More GPUs would: {words(*hit)}"
-    everything = (Candidate("zero3", topo.indices, 1, True) if topo.num_gpus > 1
-                  else Candidate("ddp", topo.indices, 1, True))
-    pred = predict_candidate(model, topo, everything, seq_len=seq_len, fabric=fabric, profile=profile, engine=engine)
+        return f"{head}. More GPUs would: {words(hit)}"
+    everything = variant("zero3" if topo.num_gpus > 1 else "ddp", topo.indices, 1, True)
+    pred = predict(everything, topo, profile)
     states = 16 * model.params / GIB  # fp32 weights, gradients, AdamW moments: 16 bytes per parameter
     return (f"{head}. Nothing on one {topo.name} fits: even {explain.label(everything.strategy, everything.gpus)} "
             f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; "

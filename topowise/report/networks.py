@@ -150,7 +150,7 @@ def zero2_over_gigabit(models=None, *, seq_len: int, profile=None) -> Answer:
         seq = min(seq_len, model.max_positions or seq_len)  # gpt2 has 1024 learned positions
         for mb in MICRO_BATCHES:
             for ac in (False, True):
-                run = Run(model, gpus, "zero2", micro_batch=mb, seq_len=seq, activation_checkpointing=ac)
+                run = Run(model, gpus, "zero2", micro_batch=mb, seq_len=seq, checkpointing="full" if ac else "none")
                 pred = predict(run, slow, profile)
                 if pred.fits:
                     found = (run, pred)

@@ -549,8 +549,9 @@ def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *
     if result.plans:
         p = result.plans[0]
         pred = p.prediction
-        ckpt = f" with {pred.run.checkpoint_words} activation checkpointing" if p.activation_checkpointing else ""
-        ckpt += ", compiled" if p.compile else ""
+        run = p.run
+        ckpt = f" with {run.checkpoint_words} activation checkpointing" if run.activation_checkpointing else ""
+        ckpt += ", compiled" if run.compile else ""
         note = result.compile_note
         compiled_note = f". {note[0].upper()}{note[1:]}" if note else ""
         lo, hi = pred.step_time_range_s
@@ -558,12 +559,12 @@ def recommend(model: ModelSpec, topo: Topology, label: str, cases: list[Case], *
                 "spread." if pred.host_bound else "")
         return Finding(
             "recommendations", label,
-            f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {p.micro_batch}: "
+            f"{label}: {p.strategy}{ckpt} on GPUs {_gpus(p.gpus)}, micro-batch {run.micro_batch}: "
             f"{pred.tokens_per_s:,.0f} tokens/s, {pred.memory.peak_bytes / GIB:.1f} GiB per GPU.{host} "
             f"{p.why.rstrip('.')}{compiled_note}",
-            {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": p.micro_batch,
-             "activation_checkpointing": p.activation_checkpointing, "checkpointing": p.checkpointing,
-             "compile": p.compile, "host_bound": pred.host_bound, "step_time_range_s": list(pred.step_time_range_s),
+            {"source": "planner", "strategy": p.strategy, "gpus": list(p.gpus), "micro_batch": run.micro_batch,
+             "activation_checkpointing": run.activation_checkpointing, "checkpointing": run.checkpointing,
+             "compile": run.compile, "host_bound": pred.host_bound, "step_time_range_s": list(pred.step_time_range_s),
              "tokens_per_s": pred.tokens_per_s,
              "peak_bytes": int(pred.memory.peak_bytes), "why": p.why.rstrip(".") + compiled_note,
              "shard_group_size": p.shard_group_size})
