@@ -40,3 +40,28 @@ def test_pins_every_thread_of_the_process(monkeypatch):
                 os.sched_setaffinity(int(tid), before)
             except OSError:
                 pass
+
+
+def test_pin_cpus_reaches_the_ranks_and_leaves_nsys_off(monkeypatch):
+    """`bench train --pin-cpus`: the request pins, the ranks are told to pin, and nothing runs under nsys."""
+    import json
+    from pathlib import Path
+
+    from topowise.measure import launcher, train
+
+    request = train.make_request(model="tiny", strategies="ddp", device="cpu", nproc=2, seq_len=16, pin_cpus=True)
+    assert (request.pin_cpus, request.nsys) == (True, False)
+    plain = train.make_request(model="tiny", strategies="ddp", device="cpu", nproc=2, seq_len=16)
+    assert (plain.pin_cpus, plain.nsys) == (False, False)
+
+    told = []
+
+    def launch(entry, config, nproc, env):  # as a rank inside a job: note the config, leave a result
+        told.append(config)
+        Path(config["result_dir"], "rank0.json").write_text(json.dumps({"status": "ok"}))
+
+    monkeypatch.setattr(launcher, "in_job", lambda: True)
+    monkeypatch.setattr(launcher, "launch", launch)
+    monkeypatch.setenv("RANK", "0")
+    assert train.run_one(request.cases[0], request) == {"status": "ok"}
+    assert told[0]["pin_cpus"] is True and told[0]["nvtx"] is False
