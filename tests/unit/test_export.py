@@ -15,15 +15,18 @@ from topowise.export import KINDS, LaunchPlan, load_plan_file, render
 from topowise.export.deepspeed import deepspeed_config
 from topowise.export.torchrun import launch_config, script_args, torchrun_script
 from topowise.export.torchtitan import torchtitan_args
+from topowise.models.spec import load_model
+from topowise.run import Run
 
 
 def make_plan(strategy="zero3", gpus=(0, 1), shard=None, fabric="nvlink", islands=1, link=318.75, node=8,
               ac=False, micro_batch=2, engine="pytorch"):
-    return LaunchPlan(model="llama3.1-8b", topology="h100-nvl-8", strategy=strategy, gpus=tuple(gpus),
-                      micro_batch=micro_batch, seq_len=4096, activation_checkpointing=ac, shard_group_size=shard,
-                      fabric=fabric, step_time_s=1.5, tokens_per_s=5461.0, peak_memory_bytes=70 * 2**30,
-                      gpu_memory_bytes=94 * 10**9, link_gbps=link, islands_spanned=islands, node_gpus=node,
-                      why="because", engine=engine)
+    run = Run(model=load_model("llama3.1-8b"), gpus=tuple(gpus), strategy=strategy, micro_batch=micro_batch,
+              seq_len=4096, checkpointing="full" if ac else "none", shard_group_size=shard, fabric=fabric,
+              engine=engine)
+    return LaunchPlan(run=run, topology="h100-nvl-8", step_time_s=1.5, tokens_per_s=5461.0,
+                      peak_memory_bytes=70 * 2**30, gpu_memory_bytes=94 * 10**9, link_gbps=link, islands_spanned=islands,
+                      node_gpus=node, why="because")
 
 
 ALL = [make_plan("ddp"), make_plan("zero1"), make_plan("zero2"), make_plan("zero3", ac=True),
@@ -31,13 +34,13 @@ ALL = [make_plan("ddp"), make_plan("zero1"), make_plan("zero2"), make_plan("zero
 
 
 # --- the plan file -------------------------------------------------------------------------------
-@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.run.strategy)
 def test_plan_file_round_trips(plan, tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(plan.to_json())
     data = json.loads(path.read_text())
     assert data["format"] == "topowise.plan" and data["version"] == 1
-    assert data["nproc"] == plan.nproc and data["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, plan.gpus))
+    assert data["nproc"] == plan.nproc and data["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, plan.run.gpus))
     assert load_plan_file(str(path)) == plan
 
 
@@ -56,7 +59,7 @@ def test_plan_file_strategy_and_shard_group_are_checked_as_a_run(tmp_path):
     data = make_plan("zero3").to_dict()
     data["plan"]["strategy"] = "fsdp"  # the alias reads back as its strategy
     path.write_text(json.dumps(data))
-    assert load_plan_file(str(path)).strategy == "zero3"
+    assert load_plan_file(str(path)).run.strategy == "zero3"
     data["plan"]["strategy"] = "zero4"
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match="unknown strategy 'zero4'"):
@@ -65,6 +68,28 @@ def test_plan_file_strategy_and_shard_group_are_checked_as_a_run(tmp_path):
     data["plan"]["shard_group_size"] = 3
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match="does not divide 8 GPUs"):
+        load_plan_file(str(path))
+
+
+def test_plan_file_written_before_the_modes_and_the_model_spec_reads_as_its_run(tmp_path):
+    """A plan with the checkpointing flag alone and the model by name: full checkpointing, the preset's shape."""
+    path = tmp_path / "plan.json"
+    data = make_plan("zero3", ac=True).to_dict()
+    del data["model_spec"], data["plan"]["checkpointing"], data["plan"]["selective_ac_option"]
+    path.write_text(json.dumps(data))
+    assert load_plan_file(str(path)) == make_plan("zero3", ac=True)
+    data["model"] = "no-such-model"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="'no-such-model' does not load here"):
+        load_plan_file(str(path))
+
+
+def test_plan_file_micro_batch_is_checked_by_run(tmp_path):
+    path = tmp_path / "plan.json"
+    data = make_plan().to_dict()
+    data["plan"]["micro_batch"] = 0
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="plan.json: --micro-batch must be at least 1, not 0"):
         load_plan_file(str(path))
 
 
@@ -114,7 +139,7 @@ def _sbatch_options(text):
                 for line in text.splitlines() if line.startswith("#SBATCH"))
 
 
-@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.run.strategy)
 def test_sbatch_script_parses(plan, tmp_path):
     text = render("slurm", plan)
     assert text.startswith("#!/bin/bash\n")
@@ -128,7 +153,7 @@ def test_sbatch_script_parses(plan, tmp_path):
     assert opts["gpus-per-node"] == str(plan.node_gpus if subset else plan.nproc)
     assert ("exclusive" in opts) == subset
     assert f"--nproc-per-node={plan.nproc}" in text and "--rdzv-backend=c10d" in text
-    assert f"export CUDA_VISIBLE_DEVICES={','.join(map(str, plan.gpus))}" in text
+    assert f"export CUDA_VISIBLE_DEVICES={','.join(map(str, plan.run.gpus))}" in text
     # nothing but #SBATCH lines may come before the first command, or sbatch ignores the rest
     head = text.splitlines()[1:len(opts) + 1]
     assert all(line.startswith("#SBATCH") for line in head)
@@ -143,41 +168,41 @@ def test_bucket_sizes_follow_the_link():
     assert nvlink == 21_000_000
 
 
-@pytest.mark.parametrize("plan,stage", list(zip(ALL, (0, 1, 2, 3, 3))), ids=[p.strategy for p in ALL])
+@pytest.mark.parametrize("plan,stage", list(zip(ALL, (0, 1, 2, 3, 3))), ids=[p.run.strategy for p in ALL])
 def test_deepspeed_config_fields(plan, stage):
     cfg = json.loads(render("deepspeed", plan))
     assert cfg == deepspeed_config(plan)
     assert cfg["zero_optimization"]["stage"] == stage
     assert cfg["bf16"] == {"enabled": True}
     assert cfg["train_micro_batch_size_per_gpu"] == 2 and cfg["gradient_accumulation_steps"] == 1
-    if plan.strategy == "hsdp":
+    if plan.run.strategy == "hsdp":
         assert cfg["zero_optimization"]["zero_hpz_partition_size"] == 2
 
 
-@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.run.strategy)
 def test_deepspeed_accepts_the_config(plan):
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.config import DeepSpeedConfig
 
     cfg = DeepSpeedConfig(json.loads(render("deepspeed", plan)))  # rejects unknown or removed keys
     assert cfg.zero_optimization_stage == deepspeed_config(plan)["zero_optimization"]["stage"]
-    assert cfg.bfloat16_config.enabled and cfg.train_micro_batch_size_per_gpu == plan.micro_batch
-    if plan.strategy == "hsdp":
-        assert cfg.zero_config.zero_hpz_partition_size == plan.shard_group_size
+    assert cfg.bfloat16_config.enabled and cfg.train_micro_batch_size_per_gpu == plan.run.micro_batch
+    if plan.run.strategy == "hsdp":
+        assert cfg.zero_config.zero_hpz_partition_size == plan.run.shard_group_size
 
 
 # --- accelerate ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", ALL, ids=lambda p: p.run.strategy)
 def test_accelerate_yaml_is_valid_yaml(plan):
     yaml = pytest.importorskip("yaml")
     data = yaml.safe_load(render("accelerate", plan))
-    assert data["num_processes"] == plan.nproc and data["gpu_ids"] == ",".join(map(str, plan.gpus))
+    assert data["num_processes"] == plan.nproc and data["gpu_ids"] == ",".join(map(str, plan.run.gpus))
     expected = {"ddp": "MULTI_GPU", "zero1": "DEEPSPEED", "zero2": "FSDP", "zero3": "FSDP", "hsdp": "FSDP"}
-    assert data["distributed_type"] == expected[plan.strategy]
+    assert data["distributed_type"] == expected[plan.run.strategy]
 
 
 @pytest.mark.parametrize("plan", ALL + [make_plan("zero3", engine="deepspeed")],
-                         ids=lambda p: p.strategy + ("-deepspeed" if p.engine == "deepspeed" else ""))
+                         ids=lambda p: p.run.strategy + ("-deepspeed" if p.run.engine == "deepspeed" else ""))
 def test_accelerate_launch_reads_the_config(plan, tmp_path):
     pytest.importorskip("accelerate")
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
@@ -189,9 +214,9 @@ def test_accelerate_launch_reads_the_config(plan, tmp_path):
     args = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
     args, _defaults, _mp = _validate_launch_command(args)
     assert args.num_processes == plan.nproc and args.mixed_precision == "bf16"
-    if plan.strategy == "ddp":
+    if plan.run.strategy == "ddp":
         assert args.multi_gpu
-    elif plan.strategy == "zero1" or plan.engine == "deepspeed":
+    elif plan.run.strategy == "zero1" or plan.run.engine == "deepspeed":
         assert args.use_deepspeed and int(args.zero_stage) == plan.spec.deepspeed_stage
     else:
         assert args.use_fsdp and int(args.fsdp_version) == 2
@@ -199,9 +224,9 @@ def test_accelerate_launch_reads_the_config(plan, tmp_path):
         with patch_environment(**env):
             plugin = FullyShardedDataParallelPlugin()
         assert plugin.fsdp_version == 2
-        assert plugin.reshard_after_forward is (plan.strategy != "zero2")
-        assert plugin.activation_checkpointing is plan.activation_checkpointing
-        if plan.strategy == "hsdp":
+        assert plugin.reshard_after_forward is (plan.run.strategy != "zero2")
+        assert plugin.activation_checkpointing is plan.run.activation_checkpointing
+        if plan.run.strategy == "hsdp":
             assert env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
             assert env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == "4"
 
@@ -241,7 +266,7 @@ def test_unknown_export_kind():
 DEEPSPEED = [make_plan(s, engine="deepspeed") for s in ("zero1", "zero2", "zero3")]
 
 
-@pytest.mark.parametrize("plan", DEEPSPEED, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", DEEPSPEED, ids=lambda p: p.run.strategy)
 def test_deepspeed_plan_round_trips_and_says_its_engine(plan, tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(plan.to_json())
@@ -257,15 +282,15 @@ def test_plan_file_without_engine_reads_as_pytorch(tmp_path):
     del data["plan"]["engine"]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(data))
-    assert load_plan_file(str(path)).engine == "pytorch"
+    assert load_plan_file(str(path)).run.engine == "pytorch"
     data["plan"]["engine"] = "deepspeed"
     data["plan"]["strategy"] = "ddp"
     path.write_text(json.dumps(data))
-    with pytest.raises(UsageError, match="ddp is not predicted as DeepSpeed runs it"):
+    with pytest.raises(UsageError, match="--engine deepspeed runs zero1, zero2, zero3, hsdp, not ddp"):
         load_plan_file(str(path))
 
 
-@pytest.mark.parametrize("plan", DEEPSPEED, ids=lambda p: p.strategy)
+@pytest.mark.parametrize("plan", DEEPSPEED, ids=lambda p: p.run.strategy)
 def test_deepspeed_plan_exports_accelerate_with_its_deepspeed_plugin(plan):
     yaml = pytest.importorskip("yaml")
     data = yaml.safe_load(render("accelerate", plan))
@@ -287,7 +312,7 @@ def test_deepspeed_plan_is_not_exported_to_what_runs_fsdp(kind, plan, match):
 def test_accelerate_says_where_its_fsdp2_wrapping_holds_more_than_predicted():
     """accelerate shards [final norm, lm_head] with reshard_after_forward False; the prediction reshards
     every unit under zero3 and hsdp, so those configs say so, and zero2 (nothing resharded) does not."""
-    said = {p.strategy: "output layer gathered from forward to backward" in render("accelerate", p) for p in ALL}
+    said = {p.run.strategy: "output layer gathered from forward to backward" in render("accelerate", p) for p in ALL}
     assert said == {"ddp": False, "zero1": False, "zero2": False, "zero3": True, "hsdp": True}
     assert "output layer gathered" not in render("accelerate", make_plan("zero3", engine="deepspeed"))
 
@@ -303,8 +328,8 @@ def test_deepspeed_json_has_its_plan_said_beside_it():
     assert any(n.startswith("warning: the plan spans 2 NVLink islands") for n in notes)
     assert any("full activation checkpointing, which a DeepSpeed config does not turn on" in n for n in notes)
     assert any("predicted as PyTorch's FSDP2 runs this strategy" in n for n in notes)
-    per_op = export_notes("deepspeed", replace(make_plan("zero3", engine="deepspeed"), activation_checkpointing=True,
-                                               checkpointing="selective", selective_ac_option="op"))
+    deepspeed = make_plan("zero3", engine="deepspeed")
+    per_op = export_notes("deepspeed", replace(deepspeed, run=replace(deepspeed.run, checkpointing="selective")))
     assert any("selective (per op) activation checkpointing" in n and "create_selective_checkpoint_contexts" in n
                for n in per_op)
     assert not any("FSDP2" in n for n in per_op)

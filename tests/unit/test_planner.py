@@ -49,14 +49,28 @@ def test_hsdp_shard_sizes_divide_the_count():
 
 
 def test_candidates_cover_the_grid_with_micro_batches_ascending():
-    cands = enumerate_candidates(NVL, num_gpus=2, micro_batches=(4, 1))
-    assert {c.micro_batch for c in cands} == {1, 4}
-    assert {c.activation_checkpointing for c in cands} == {False, "selective", True}  # none, selective, full
-    assert {c.strategy for c in cands} == {"ddp", "zero1", "zero2", "zero3"}
-    assert {c.gpus for c in cands} == {(0, 1), (0, 2)}
+    cands = enumerate_candidates(NVL, load_model("llama3.2-1b"), num_gpus=2, micro_batches=(4, 1))
+    runs = [c.run for c in cands]
+    assert {r.micro_batch for r in runs} == {1, 4}
+    assert {r.checkpointing for r in runs} == {"none", "selective", "full"}
+    assert {r.strategy for r in runs} == {"ddp", "zero1", "zero2", "zero3"}
+    assert {r.gpus for r in runs} == {(0, 1), (0, 2)}
     for a, b in zip(cands, cands[1:]):
         if a.group_key == b.group_key:
-            assert a.micro_batch < b.micro_batch
+            assert a.run.micro_batch < b.run.micro_batch
+
+
+def test_candidates_are_runs_of_the_asked_model_sequence_and_engine():
+    model = load_model("llama3.2-1b")
+    cands = enumerate_candidates(NVL, model, seq_len=2048, fabric="pcie", engine="deepspeed", num_gpus=2)
+    assert {(c.run.model, c.run.seq_len, c.run.fabric) for c in cands} == {(model, 2048, "pcie")}
+    assert {c.run.engine for c in cands if c.run.strategy != "ddp"} == {"deepspeed"}
+    assert {c.run.engine for c in cands if c.run.strategy == "ddp"} == {"pytorch"}  # DeepSpeed's stage 0: not modelled
+
+
+def test_a_micro_batch_below_one_is_refused_by_the_run():
+    with pytest.raises(UsageError, match="--micro-batch must be at least 1, not 0"):
+        plan(load_model("llama3.2-1b"), NVL, num_gpus=2, micro_batches=(0,))
 
 
 # --- search --------------------------------------------------------------------------------------
@@ -82,7 +96,7 @@ def test_plans_ranked_by_global_tokens_per_s_and_all_fit():
 
 def test_infeasible_reason_states_the_memory():
     result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2)
-    ddp = [i for i in result.infeasible if i.strategy == "ddp"]
+    ddp = [i for i in result.infeasible if i.run.strategy == "ddp"]
     assert ddp
     need = ddp[0].peak_memory_bytes / 2**30
     assert ddp[0].reason.startswith(f"needs {need:.1f} GiB, the GPU has 87.5 GiB")
@@ -95,9 +109,9 @@ def test_infeasible_reason_states_the_memory():
 def test_micro_batch_pruning_stops_at_the_first_miss():
     result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2)
     for miss in result.infeasible:
-        bigger = [p for p in result.ranked if (p.strategy, p.gpus, p.shard_group_size, p.checkpointing)
-                  == (miss.strategy, miss.gpus, miss.shard_group_size, miss.checkpointing)
-                  and p.micro_batch > miss.micro_batch]
+        bigger = [p for p in result.ranked if (p.strategy, p.gpus, p.shard_group_size, p.run.checkpointing)
+                  == (miss.run.strategy, miss.run.gpus, miss.run.shard_group_size, miss.run.checkpointing)
+                  and p.run.micro_batch > miss.run.micro_batch]
         assert not bigger
 
 
@@ -222,5 +236,5 @@ def test_a_placement_as_fast_as_a_variant_of_a_shown_choice_gets_no_row():
     zero3 = [p.gpus for p in result.ranked if p.strategy == "zero3"]
     assert zero3 == [(0, 1, 2, 3)]
     spread, packed = (predict(Run(model, gpus, "zero3", micro_batch=4, seq_len=4096,
-                                  activation_checkpointing="selective"), topo) for gpus in ((0, 2, 4, 6), (0, 1, 2, 3)))
+                                  checkpointing="selective"), topo) for gpus in ((0, 2, 4, 6), (0, 1, 2, 3)))
     assert spread.fits and spread.tokens_per_s == packed.tokens_per_s  # the premise: the model cannot tell them apart

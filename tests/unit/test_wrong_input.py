@@ -85,6 +85,12 @@ CASES = [
     (["plan", "--model", "mistral-7b", "--topology", "h200-x2", "--seq-len", "300000"],
      ["8x mistral-7b's context of 32,768", "262144 or less"]),
     (["study", "--model", "gpt2", "--topologies", "h200-x2", "--out", "{under_file}"], ["1024 learned positions"]),
+    # the micro-batch: one check (Run's), one message, wherever it is given
+    (["plan", "--model", "tiny", "--topology", "h200-x2", "--micro-batch", "0"],
+     ["--micro-batch must be at least 1, not 0"]),
+    ([*PREDICT, "--micro-batch", "-1"], ["--micro-batch must be at least 1, not -1"]),
+    (["plan", "--model", "tiny", "--topology", "h200-x2", "--micro-batch", "two"],
+     ["--micro-batch 'two' is not a positive integer"]),
 ]
 
 
