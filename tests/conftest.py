@@ -59,7 +59,7 @@ def h200_validation_records() -> list[tuple]:
     """(Run, measured) for every case `topowise validate` measured in VALIDATION_RUNS; measured holds
     step_time_s, peak_memory_bytes (max allocated over the timed steps) and the run's folder name."""
     from topowise.models.spec import load_model
-    from topowise.run import Run
+    from topowise.run import Run, checkpointing_of
 
     out = []
     for folder in VALIDATION_RUNS:
@@ -67,7 +67,7 @@ def h200_validation_records() -> list[tuple]:
             assert rec["status"] == "ok", rec
             run = Run(model=load_model(rec["model"]), gpus=tuple(range(rec["world_size"])), strategy=rec["strategy"],
                       micro_batch=rec["micro_batch"], seq_len=rec["seq_len"], fabric=rec["fabric"],
-                      activation_checkpointing=rec["activation_checkpointing"])
+                      checkpointing=checkpointing_of(rec))
             out.append((run, dict(rec["measured"], run=folder)))
     return out
 

@@ -107,7 +107,7 @@ def test_full_checkpointing_recomputes_attention_at_its_rate():
     model = load_model("llama3.2-1b")
     p = replace(default_profile(), gemm_form="one-rate")
     plain = Run(model=model, gpus=(0,), strategy="ddp", micro_batch=1, seq_len=32768)
-    full = replace(plain, activation_checkpointing=True)
+    full = replace(plain, checkpointing="full")
     extra = predict(full, H200X2, p).time.compute_s - predict(plain, H200X2, p).time.compute_s
     attention = FLASH_FORWARD_SHARE * attention_flops_per_token(model, 32768)
     expected = (2 * model.num_layers * model.layer_params / (PEAK * p.compute_efficiency)

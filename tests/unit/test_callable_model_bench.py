@@ -23,7 +23,7 @@ def test_bench_train_runs_the_callable_under_ddp_and_fsdp(tmp_path):
 def test_bench_train_checkpoints_the_callables_blocks(tmp_path):
     plain, full = (train.make_request(model="examples.models.llama:build_tiny", strategies="ddp,zero3", micro_batch=2,
                                       seq_len=16, steps=2, warmup=1, device="cpu", nproc=2, timeout_s=240,
-                                      activation_checkpointing=ac) for ac in (False, True))
+                                      checkpointing=ac) for ac in ("none", "full"))
     base, _ = train.bench_train(plain)
     records, check = train.bench_train(full)
     assert [r["status"] for r in records] == ["ok", "ok"] and check.agree, [r.get("error") for r in records]

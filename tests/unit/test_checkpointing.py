@@ -40,11 +40,11 @@ def run(mode="none", option="op", strategy="ddp", gpus=(0,)) -> Run:
 # --- Run ------------------------------------------------------------------------------------------
 def test_modes_and_the_legacy_flag_agree_and_round_trip():
     assert (run().checkpointing, run().activation_checkpointing) == ("none", False)
-    full = Run(LLAMA_1B, (0,), "ddp", seq_len=8192, activation_checkpointing=True)  # old callers' flag: full
+    full = run("full")
     assert (full.checkpointing, full.activation_checkpointing) == ("full", True)
     sel = run("selective")
     assert sel.activation_checkpointing is True and sel.checkpoint_words == "selective (per op)"
-    assert Run(LLAMA_1B, (0,), "ddp", seq_len=8192, activation_checkpointing="selective") == sel  # a mode's name
+    assert Run.from_dict(dict(run().to_dict(), activation_checkpointing="selective")) == sel  # a mode's name
     assert run("selective", "2").checkpoint_words == "selective (every 2nd block)"
     assert run("selective", 1).checkpointing == "full"  # every block
     for r in (run(), full, sel, run("selective", "3")):
@@ -58,7 +58,6 @@ def test_modes_and_the_legacy_flag_agree_and_round_trip():
     ({"checkpointing": "some"}, "valid: none, selective, full"),
     ({"checkpointing": "selective", "selective_ac_option": "0"}, "positive integer"),
     ({"checkpointing": "selective", "selective_ac_option": "every"}, "positive integer"),
-    ({"checkpointing": "full", "activation_checkpointing": "selective"}, "give one mode"),
 ])
 def test_bad_modes_are_refused_with_the_valid_ones(kw, match):
     with pytest.raises(UsageError, match=match):
@@ -219,10 +218,9 @@ def test_the_rerun_casts_its_blocks_weights_again(monkeypatch):
 # --- plan and exports ----------------------------------------------------------------------------
 def test_plan_predicts_selective_candidates():
     from topowise.planner.candidates import enumerate_candidates
-    from topowise.planner.search import candidate_run
 
-    cands = enumerate_candidates(H200X2, num_gpus=2, micro_batches=(1,))
-    runs = [candidate_run(LLAMA_1B, c, seq_len=8192, fabric="nvlink") for c in cands]
+    cands = enumerate_candidates(H200X2, LLAMA_1B, seq_len=8192, num_gpus=2, micro_batches=(1,))
+    runs = [c.run for c in cands]
     assert {(r.checkpointing, r.selective_ac_option if r.checkpointing == "selective" else "") for r in runs} == {
         ("none", ""), ("selective", "op"), ("selective", "2"), ("full", "")}
     # per op and every 2nd block are two groups: a miss of one does not stop the other's micro-batches
@@ -238,13 +236,13 @@ def test_plan_takes_every_2nd_block_where_per_ops_python_sets_the_step():
     from topowise.planner.search import evaluate, rank
 
     narrow = load_model(str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json"))
-    fits, _, _ = evaluate(narrow, H200X2, enumerate_candidates(H200X2, gpus=(0,), micro_batches=(8,)),
-                          seq_len=2048, fabric="nvlink", profile=None)
-    every = {(p.checkpointing, p.prediction.run.selective_ac_option): p for p in fits}
+    fits, _, _ = evaluate(H200X2, enumerate_candidates(H200X2, narrow, seq_len=2048, gpus=(0,), micro_batches=(8,)),
+                          profile=None)
+    every = {(p.run.checkpointing, p.run.selective_ac_option): p for p in fits}
     per_op, every_2 = every[("selective", "op")], every[("selective", "2")]
     assert per_op.prediction.host_bound
     assert every_2.prediction.time.host_wait_s < 0.5 * per_op.prediction.time.host_wait_s
-    ranked = [p for p in sorted(fits, key=lambda p: -p.prediction.tokens_per_s) if p.checkpointing == "selective"]
+    ranked = [p for p in sorted(fits, key=lambda p: -p.prediction.tokens_per_s) if p.run.checkpointing == "selective"]
     assert ranked[0] is every_2 and rank([per_op, every_2])[0] is every_2
 
 
@@ -253,14 +251,14 @@ def test_torchtitan_export_names_the_mode_and_option():
 
     spec = SimpleNamespace(sharded=("optimizer",), replicated=False, reshard_after_forward=True)
     base = {"nproc": 8, "spec": spec, "shard_group_size": None, "micro_batch": 2, "seq_len": 8192}
-    args = torchtitan_args(SimpleNamespace(**base, activation_checkpointing=True, checkpointing="selective",
-                                           selective_ac_option="op"))
+    args = torchtitan_args(SimpleNamespace(nproc=8, spec=spec, run=SimpleNamespace(
+        **{k: v for k, v in base.items() if k not in ("nproc", "spec")}, checkpointing="selective",
+        selective_ac_option="op")))
     assert args[args.index("--activation_checkpoint.mode") + 1] == "selective"
     assert args[args.index("--activation_checkpoint.selective_ac_option") + 1] == "op"
     from topowise.export.plan import LaunchPlan
 
-    legacy = torchtitan_args(LaunchPlan(model="m", topology="t", strategy="zero3", gpus=tuple(range(8)),
-                                        micro_batch=2, seq_len=8192, activation_checkpointing=True))  # no mode given
+    legacy = torchtitan_args(LaunchPlan(run=run("full", strategy="zero3", gpus=tuple(range(8))), topology="t"))
     assert legacy[legacy.index("--activation_checkpoint.mode") + 1] == "full"
     assert "--activation_checkpoint.selective_ac_option" not in legacy
 

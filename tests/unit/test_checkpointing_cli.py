@@ -10,6 +10,7 @@ from topowise.cli.main import main
 from topowise.export import LaunchPlan, render
 from topowise.models.spec import load_model
 from topowise.planner.search import plan
+from topowise.run import Run
 from topowise.topology import load_topology
 
 
@@ -42,7 +43,7 @@ def selective_plan():
     """A selective plan: llama3.1-8b on 8 H100s at 8192 tokens, where zero2 fits only with checkpointing."""
     topo = load_topology("hgx-h100-8")
     result = plan(load_model("llama3.1-8b"), topo, num_gpus=8, micro_batches=(1,), seq_len=8192)
-    best = next(p for p in result.ranked if p.checkpointing == "selective")
+    best = next(p for p in result.ranked if p.run.checkpointing == "selective")
     return result, best, topo
 
 
@@ -50,7 +51,7 @@ def test_plan_json_and_launch_plan_carry_the_mode(selective_plan, tmp_path):
     result, best, topo = selective_plan
     assert best.to_dict()["checkpointing"] == "selective" and best.to_dict()["activation_checkpointing"] is True
     launch = LaunchPlan.from_plan(best, result, topo)
-    assert launch.checkpointing == "selective"
+    assert launch.run.checkpointing == "selective"
     path = tmp_path / "plan.json"
     path.write_text(launch.to_json())
     again = LaunchPlan.from_dict(json.loads(path.read_text()))
@@ -58,15 +59,16 @@ def test_plan_json_and_launch_plan_carry_the_mode(selective_plan, tmp_path):
     toml = render("torchtitan", again)
     assert "--activation_checkpoint.mode selective" in toml
     option = best.prediction.run.selective_ac_option  # per op or every 2nd block: the plan's own
-    assert launch.selective_ac_option == option and f"--activation_checkpoint.selective_ac_option {option}" in toml
+    assert launch.run.selective_ac_option == option and f"--activation_checkpoint.selective_ac_option {option}" in toml
 
 
 def test_a_plan_file_written_before_the_modes_reads_as_full_or_none():
-    launch = LaunchPlan(model="m", topology="t", strategy="zero3", gpus=(0, 1), micro_batch=1, seq_len=8,
-                        activation_checkpointing=True)
-    assert launch.checkpointing == "full"
-    assert LaunchPlan(model="m", topology="t", strategy="ddp", gpus=(0,), micro_batch=1, seq_len=8,
-                      activation_checkpointing=False).checkpointing == "none"
+    written = LaunchPlan(run=Run(load_model("tiny"), (0, 1), "zero3", micro_batch=1, seq_len=8), topology="t").to_dict()
+    for flag, mode in ((True, "full"), (False, "none")):
+        old = dict(written, plan={k: v for k, v in written["plan"].items() if k not in ("checkpointing",
+                                                                                      "selective_ac_option")})
+        old["plan"]["activation_checkpointing"] = flag
+        assert LaunchPlan.from_dict(old).run.checkpointing == mode
 
 
 def test_the_plan_keeps_the_profile_it_ranked_with():

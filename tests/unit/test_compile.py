@@ -139,9 +139,9 @@ def test_plan_weighs_eager_against_compiled_and_says_whether_the_winner_changes(
     model, topo = load_model("llama3.2-3b"), load_topology("h100-nvl-8")
     eager_only = plan(model, topo, seq_len=4096, top=3)
     both = plan(model, topo, seq_len=4096, top=3, compile_choices=(False, True))
-    assert not any(p.compile for p in eager_only.ranked)
+    assert not any(p.run.compile for p in eager_only.ranked)
     # one row per distinct choice at its fastest: here compiled for every choice; the note weighs both
-    assert any(p.compile for p in both.ranked)
+    assert any(p.run.compile for p in both.ranked)
     assert both.best.prediction.tokens_per_s >= eager_only.best.prediction.tokens_per_s
     note = next(n for n in both.notes if n.startswith("comp"))
     eager_best = eager_only.best
@@ -189,12 +189,12 @@ def test_a_compiled_plan_says_so_in_its_export_and_round_trips(tmp_path, capsys)
 
     model, topo = load_model("llama3.2-1b"), load_topology("h200-x2")
     result = plan(model, topo, seq_len=8192, top=1, compile_choices=(False, True))
-    assert result.best.compile
+    assert result.best.run.compile
     launch = LaunchPlan.from_plan(result.best, result, topo)
-    assert launch.compile and any("compiled" in w for w in launch.warnings) and ", compiled" in launch.summary()
-    assert LaunchPlan.from_dict(json.loads(json.dumps(launch.to_dict()))).compile
+    assert launch.run.compile and any("compiled" in w for w in launch.warnings) and ", compiled" in launch.summary()
+    assert LaunchPlan.from_dict(json.loads(json.dumps(launch.to_dict()))).run.compile
     eager = plan(model, topo, seq_len=8192, top=1)
-    assert not LaunchPlan.from_plan(eager.best, eager, topo).compile
+    assert not LaunchPlan.from_plan(eager.best, eager, topo).run.compile
 
 
 def test_the_host_index_is_timed_once_per_process_and_device(monkeypatch):

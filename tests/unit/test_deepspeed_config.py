@@ -8,12 +8,14 @@ from topowise.costmodel.deepspeed import bucket_elements
 from topowise.export import LaunchPlan, render
 from topowise.export.deepspeed import deepspeed_config, zero_config
 from topowise.measure.deepspeed_engine import CPU_BUCKET_ELEMENTS, engine_config
+from topowise.models.spec import load_model
+from topowise.run import Run
 
 
 def plan(strategy, gpus=(0, 1), shard=None, link=478.125, micro_batch=1):
-    return LaunchPlan(model="llama3.2-1b", topology="hgx-h200-8", strategy=strategy, gpus=tuple(gpus),
-                      micro_batch=micro_batch, seq_len=8192, activation_checkpointing=False, shard_group_size=shard,
-                      link_gbps=link, islands_spanned=1, node_gpus=8)
+    run = Run(load_model("llama3.2-1b"), tuple(gpus), strategy, micro_batch=micro_batch, seq_len=8192,
+              shard_group_size=shard)
+    return LaunchPlan(run=run, topology="hgx-h200-8", link_gbps=link, islands_spanned=1, node_gpus=8)
 
 
 def ds_config(data: dict):

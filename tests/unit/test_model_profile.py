@@ -184,7 +184,7 @@ def test_reading_a_profile_imports_no_torch(tmp_path):
 def test_checkpointing_is_estimated_from_the_block_figures():
     topo = load_topology("hgx-h200-8")
     base = predict(Run(model(), (0,), "ddp", micro_batch=8, seq_len=1), topo)
-    full = predict(Run(model(), (0,), "ddp", micro_batch=8, seq_len=1, activation_checkpointing=True), topo)
+    full = predict(Run(model(), (0,), "ddp", micro_batch=8, seq_len=1, checkpointing="full"), topo)
     every2 = predict(Run(model(), (0,), "ddp", micro_batch=8, seq_len=1, checkpointing="selective",
                          selective_ac_option="2"), topo)
     per_op = predict(Run(model(), (0,), "ddp", micro_batch=8, seq_len=1, checkpointing="selective"), topo)

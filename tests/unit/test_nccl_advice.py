@@ -99,9 +99,9 @@ def test_hsdp_advises_on_its_replica_group():
 
 # --- plan and exports ---------------------------------------------------------------------------------
 def _launch(**kw) -> LaunchPlan:
-    base = {"model": "llama3.2-1b", "topology": TWO_REGIONS, "strategy": "ddp", "gpus": tuple(range(32)),
-            "micro_batch": 1, "seq_len": 4096, "activation_checkpointing": False, "node_gpus": 8, "num_nodes": 4,
-            "network": "ib-ndr"}
+    gpus = kw.pop("gpus", tuple(range(32)))
+    base = {"run": Run(load_model("llama3.2-1b"), gpus, "ddp"), "topology": TWO_REGIONS, "node_gpus": 8,
+            "num_nodes": 4, "network": "ib-ndr"}
     return LaunchPlan(**{**base, **kw})
 
 
