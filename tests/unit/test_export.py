@@ -25,8 +25,8 @@ def make_plan(strategy="zero3", gpus=(0, 1), shard=None, fabric="nvlink", island
               seq_len=4096, checkpointing="full" if ac else "none", shard_group_size=shard, fabric=fabric,
               engine=engine)
     return LaunchPlan(run=run, topology="h100-nvl-8", step_time_s=1.5, tokens_per_s=5461.0,
-                      peak_memory_bytes=70 * 2**30, gpu_memory_bytes=94 * 10**9, link_gbps=link, islands_spanned=islands,
-                      node_gpus=node, why="because")
+                      peak_memory_bytes=70 * 2**30, gpu_memory_bytes=94 * 10**9, link_gbps=link,
+                      islands_spanned=islands, node_gpus=node, why="because")
 
 
 ALL = [make_plan("ddp"), make_plan("zero1"), make_plan("zero2"), make_plan("zero3", ac=True),

@@ -20,7 +20,7 @@ MODEL = load_model("llama3.1-8b")
 
 
 def step(topology, gpus, strategy, **kw):
-    return predict(Run(MODEL, gpus, strategy, **kw), topology)
+    return predict(Run(model=MODEL, gpus=gpus, strategy=strategy, **kw), topology)
 
 
 def test_collectives_across_nodes_are_priced_on_the_network():

@@ -235,6 +235,6 @@ def test_a_placement_as_fast_as_a_variant_of_a_shown_choice_gets_no_row():
     result = plan(model, topo, num_gpus=4, seq_len=4096, top=10)
     zero3 = [p.gpus for p in result.ranked if p.strategy == "zero3"]
     assert zero3 == [(0, 1, 2, 3)]
-    spread, packed = (predict(Run(model, gpus, "zero3", micro_batch=4, seq_len=4096,
+    spread, packed = (predict(Run(model=model, gpus=gpus, strategy="zero3", micro_batch=4, seq_len=4096,
                                   checkpointing="selective"), topo) for gpus in ((0, 2, 4, 6), (0, 1, 2, 3)))
     assert spread.fits and spread.tokens_per_s == packed.tokens_per_s  # the premise: the model cannot tell them apart

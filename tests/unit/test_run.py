@@ -29,7 +29,7 @@ def test_the_registry_says_what_each_strategy_shards_as_the_zero_paper_names_it(
 
 
 def test_an_alias_becomes_its_strategy_and_a_gpu_list_a_tuple():
-    run = Run(TINY, [0, 1], "FSDP")
+    run = Run(model=TINY, gpus=[0, 1], strategy="FSDP")
     assert run.strategy == "zero3" and run.gpus == (0, 1)
     assert parse_strategies("DDP, fsdp,zero3,hsdp") == ("ddp", "zero3", "hsdp")
     with pytest.raises(UsageError, match="--strategies is empty"):
@@ -58,26 +58,28 @@ def test_a_wrong_run_is_refused_with_what_would_be_right(kwargs, words):
 
 def test_each_strategy_splits_its_state_over_the_right_number_of_gpus():
     gpus = tuple(range(8))
-    assert Run(TINY, gpus, "ddp").shard_size == 1
-    assert Run(TINY, gpus, "zero1").shard_size == Run(TINY, gpus, "zero3").shard_size == 8
-    assert Run(TINY, gpus, "hsdp", shard_group_size=4).shard_size == 4
+    assert Run(model=TINY, gpus=gpus, strategy="ddp").shard_size == 1
+    assert Run(model=TINY, gpus=gpus, strategy="zero1").shard_size == 8
+    assert Run(model=TINY, gpus=gpus, strategy="zero3").shard_size == 8
+    assert Run(model=TINY, gpus=gpus, strategy="hsdp", shard_group_size=4).shard_size == 4
     with pytest.raises(ValueError, match="place"):
-        _ = Run(TINY, gpus, "hsdp").shard_size  # unknown until the wiring says
+        _ = Run(model=TINY, gpus=gpus, strategy="hsdp").shard_size  # unknown until the wiring says
 
 
 def test_placing_hsdp_takes_the_nvlink_island_as_its_shard_group():
     nvl = load_preset("h100-nvl-8")  # NVLink bridges GPUs in pairs
-    assert place(Run(TINY, (0, 1, 2, 3), "hsdp"), nvl).shard_group_size == 2
+    assert place(Run(model=TINY, gpus=(0, 1, 2, 3), strategy="hsdp"), nvl).shard_group_size == 2
     sxm = load_preset("hgx-h100-8")  # one NVSwitch island: a single shard group of every GPU
-    assert place(Run(TINY, (0, 1, 2, 3), "hsdp"), sxm).shard_group_size == 4
-    assert place(Run(TINY, (0, 1, 2, 3), "hsdp", shard_group_size=1), nvl).shard_group_size == 1  # given: kept
+    assert place(Run(model=TINY, gpus=(0, 1, 2, 3), strategy="hsdp"), sxm).shard_group_size == 4
+    given = Run(model=TINY, gpus=(0, 1, 2, 3), strategy="hsdp", shard_group_size=1)
+    assert place(given, nvl).shard_group_size == 1  # given: kept
     with pytest.raises(UsageError, match="GPU 8"):
-        place(Run(TINY, (7, 8), "ddp"), nvl)
+        place(Run(model=TINY, gpus=(7, 8), strategy="ddp"), nvl)
 
 
 def test_a_run_round_trips_through_json_with_its_model():
-    run = Run(load_model("qwen2.5-0.5b"), (0, 1), "hsdp", micro_batch=2, seq_len=1024, checkpointing="full",
-              compile=True, fabric="pcie", shard_group_size=2, engine="deepspeed")
+    run = Run(model=load_model("qwen2.5-0.5b"), gpus=(0, 1), strategy="hsdp", micro_batch=2, seq_len=1024,
+              checkpointing="full", compile=True, fabric="pcie", shard_group_size=2, engine="deepspeed")
     again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
     assert again == run and again.model.params == run.model.params
     assert run.to_dict()["activation_checkpointing"] is True  # the key JSON had before the modes stays
@@ -90,17 +92,18 @@ def test_a_run_round_trips_through_json_with_its_model():
     ({"activation_checkpointing": True, "checkpointing": "selective"}, "selective"),  # both, as written now
 ])
 def test_json_with_the_flag_that_predates_the_modes_is_read_once_into_the_mode(legacy, mode):
-    data = {k: v for k, v in Run(TINY, (0, 1), "zero3").to_dict().items()
+    data = {k: v for k, v in Run(model=TINY, gpus=(0, 1), strategy="zero3").to_dict().items()
             if k not in ("checkpointing", "activation_checkpointing")}
     assert Run.from_dict({**data, **legacy}).checkpointing == mode
 
 
 def test_json_with_two_different_modes_is_refused():
-    data = dict(Run(TINY, (0, 1), "zero3").to_dict(), activation_checkpointing="selective", checkpointing="full")
+    data = dict(Run(model=TINY, gpus=(0, 1), strategy="zero3").to_dict(), activation_checkpointing="selective",
+                checkpointing="full")
     with pytest.raises(UsageError, match="give one mode"):
         Run.from_dict(data)
 
 
 def test_a_run_takes_no_checkpointing_flag_only_the_mode():
     with pytest.raises(TypeError):
-        Run(TINY, (0, 1), "zero3", activation_checkpointing=True)  # type: ignore[call-arg]
+        Run(model=TINY, gpus=(0, 1), strategy="zero3", activation_checkpointing=True)  # type: ignore[call-arg]

@@ -163,7 +163,7 @@ def test_executed_flops_stay_under_the_peak_up_to_the_longest_sequence_taken(nam
 
     spec = PRESETS[name]
     topo = load_preset("hgx-h100-8")
-    pred = predict(Run(spec, tuple(range(8)), "zero3", seq_len=_limit(spec)), topo)
+    pred = predict(Run(model=spec, gpus=tuple(range(8)), strategy="zero3", seq_len=_limit(spec)), topo)
     executed = hardware_flops_per_token(spec, _limit(spec)) * _limit(spec) / pred.step_time_s
     assert pred.mfu > 0 and executed < topo.gpu_spec.bf16_dense_flops
 
@@ -175,12 +175,13 @@ def test_presets_carry_their_published_context():
 
 
 def test_past_the_context_of_a_rotary_model_warns_once(capsys):
-    spec = ModelSpec("warn-once", "llama", 512, 64, 2, 4, 2, 128, context_length=1024)
+    spec = ModelSpec(name="warn-once", family="llama", vocab_size=512, hidden_size=64, num_layers=2, num_heads=4,
+                     num_kv_heads=2, intermediate_size=128, context_length=1024)
     for _ in range(3):
-        Run(spec, (0, 1), "ddp", seq_len=2048)
+        Run(model=spec, gpus=(0, 1), strategy="ddp", seq_len=2048)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("topowise: warning: --seq-len 2,048 is past warn-once's context")
-    Run(spec, (0, 1), "ddp", seq_len=1024)
+    Run(model=spec, gpus=(0, 1), strategy="ddp", seq_len=1024)
     assert capsys.readouterr().err == ""
 
 

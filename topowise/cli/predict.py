@@ -65,7 +65,7 @@ def run_from_args(args: argparse.Namespace):
                              f"choose 1 to {topo.num_gpus}")
         gpus = topo.best_subset(args.num_gpus)
     mode, option = checkpointing_from_args(args)
-    run = Run(model, gpus, args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
+    run = Run(model=model, gpus=gpus, strategy=args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
               checkpointing=mode, selective_ac_option=option, fabric=args.fabric,
               shard_group_size=args.shard_group_size, engine=args.engine, compile=args.compile)
     profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()

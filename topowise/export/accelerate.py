@@ -68,7 +68,7 @@ def accelerate_settings(plan: LaunchPlan) -> dict:
 
 def config_is_deepspeed(plan: LaunchPlan) -> bool:
     """Whether the config runs DeepSpeed (zero1 always; every sharded strategy under --engine deepspeed)."""
-    return plan.nproc > 1 and plan.spec.sharded and (not plan.spec.fsdp or plan.run.engine == "deepspeed")
+    return plan.nproc > 1 and bool(plan.spec.sharded) and (not plan.spec.fsdp or plan.run.engine == "deepspeed")
 
 
 def _scalar(value) -> str:

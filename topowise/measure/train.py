@@ -484,13 +484,15 @@ def compare_losses(records: list[dict], rtol: float = LOSS_RTOL) -> LossAgreemen
     """
     done = [r for r in records if r.get("status") == "ok" and r.get("losses")]
     if len(done) < 2:
-        return LossAgreement(None, None, tuple(r["strategy"] for r in done), 0.0, (), rtol)
+        return LossAgreement(agree=None, reference=None, compared=tuple(r["strategy"] for r in done), max_rel_diff=0.0,
+                             diverging=(), rtol=rtol)
     diffs = {(i, j): _max_rel_diff(a["losses"], b["losses"]) for i, a in enumerate(done) for j, b in enumerate(done)}
     votes = [sum(diffs[i, j] <= rtol for j in range(len(done)) if j != i) for i in range(len(done))]
     ref = votes.index(max(votes))
     others = [j for j in range(len(done)) if j != ref]
     worst = max((diffs[j, ref] for j in others), default=0.0)
     diverging = tuple(done[j]["strategy"] for j in others if diffs[j, ref] > rtol)
-    return LossAgreement(not diverging, done[ref]["strategy"], tuple(r["strategy"] for r in done), worst,
-                         diverging, rtol)
+    return LossAgreement(agree=not diverging, reference=done[ref]["strategy"],
+                         compared=tuple(r["strategy"] for r in done), max_rel_diff=worst, diverging=diverging,
+                         rtol=rtol)
 

@@ -6,7 +6,7 @@ collective's link and bandwidth, the GPU's wait for the host, peak memory) and s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -103,7 +103,7 @@ def host_phrase(pred, whose: str = "the") -> str | None:
         return None
     waits = {ph.phase: ph.host_wait_s for ph in pred.time.phases}
     run = pred.run
-    if waits and max(waits, key=waits.get) == "optimizer":
+    if waits and max(waits, key=lambda phase: waits[phase]) == "optimizer":
         where = "Python, in the optimizer step"
     elif run.per_op_checkpointing:
         where = "Python: per-op selective checkpointing runs its policy on every operator"
@@ -220,7 +220,7 @@ def with_why(shown: list, ranked: list, topo, profile=None) -> list:
 
 
 # --- notes: placement and memory trades ------------------------------------------------------------
-def _best(plans, pred) -> object | None:
+def _best(plans: list[Plan], pred: Callable[[Plan], bool]) -> Plan | None:
     return next((p for p in plans if pred(p)), None)
 
 
@@ -245,7 +245,7 @@ def misaligned_vocab_note(prediction) -> str | None:
             f"(as nanoGPT pads GPT-2's)")
 
 
-def notes(ranked: list, topo, infeasible: Iterable = (), profile=None) -> list[str]:
+def notes(ranked: list[Plan], topo, infeasible: Iterable = (), profile=None) -> list[str]:
     """What the ranking shows about placement: fewer GPUs in one island against more across islands;
     the same GPU count inside one island against spread across islands; and what sharding bought;
     across nodes, whether the best plan should set NCCL_ALGO."""

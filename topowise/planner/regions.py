@@ -21,7 +21,7 @@ remove them, and the reason says so.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from topowise.costmodel.comm import replica_groups
 from topowise.costmodel.comm import shard_groups as cost_shard_groups
@@ -110,8 +110,9 @@ def wan_cost(pred, wiring, target: float = DEFAULT_WAN_SHARE) -> WanCost | None:
         return None
     wan = exposed_s(pred, crosses)
     deferrable = exposed_s(pred, lambda c: crosses(c) and c.op in DEFERRABLE)
-    cost = WanCost(pred.step_time_s, wan, deferrable, pred.time.optimizer_s, target, None, ops)
-    return WanCost(cost.step_s, wan, deferrable, cost.optimizer_s, target, accumulation(cost), ops)
+    cost = WanCost(step_s=pred.step_time_s, wan_s=wan, deferrable_s=deferrable, optimizer_s=pred.time.optimizer_s,
+                   target=target, micro_batches=None, ops=ops)
+    return replace(cost, micro_batches=accumulation(cost))
 
 
 def accumulation(cost: WanCost) -> int | None:

@@ -200,7 +200,7 @@ def evaluate(topo: Topology, candidates: list[Candidate], *,
         pred = predict(c.run, topo, profile)
         made += 1
         if pred.fits:
-            fits.append(Plan(pred, placement=c.placement))
+            fits.append(Plan(prediction=pred, placement=c.placement))
         else:
             missed_memory.add(c.memory_key)
             stopped_groups.add(c.group_key)
@@ -280,9 +280,10 @@ def with_region_why(shown, topo, wan_share: float) -> list[Plan]:
         return list(shown)
     out = []
     for p in shown:
-        extra = regions.reason(p.prediction, topo, wan_share)
         cost = regions.wan_cost(p.prediction, topo, wan_share)
-        out.append(replace(p, why=f"{p.why}. {extra[0].upper()}{extra[1:]}", wan=cost.to_dict()) if extra else p)
+        extra = regions.reason(p.prediction, topo, wan_share)  # None exactly where cost is
+        out.append(replace(p, why=f"{p.why}. {extra[0].upper()}{extra[1:]}", wan=cost.to_dict())
+                   if cost is not None and extra else p)
     return out
 
 
