@@ -13,7 +13,7 @@ scheduler may hand out), so the ranking can show what placement alone is worth.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from topowise.models.spec import ModelSpec
 from topowise.planner.regions import region_sizes
@@ -35,15 +35,18 @@ class Candidate:
     @property
     def group_key(self) -> tuple:
         """Candidates that differ only in micro-batch (memory grows with it: the search stops at the first miss)."""
-        r = self.run
-        return (r.strategy, r.gpus, r.shard_group_size, r.checkpointing, r.selective_ac_option, r.compile)
+        return settings_key(self.run, micro_batch=None)
 
     @property
     def memory_key(self) -> tuple:
         """Memory depends on the GPU count, not on which GPUs: one miss rules out every placement."""
-        r = self.run
-        return (r.strategy, len(r.gpus), r.shard_group_size, r.checkpointing, r.selective_ac_option, r.compile,
-                r.micro_batch)
+        return settings_key(self.run, gpus=len(self.run.gpus))
+
+
+def settings_key(run: Run, **instead: object) -> tuple:
+    """Every setting of the run but its model (one model per search), some given `instead`: a setting Run gains
+    tells candidates apart with no change here."""
+    return tuple(instead.get(f.name, getattr(run, f.name)) for f in fields(run) if f.name != "model")
 
 
 def engine_for(strategy: str, engine: str) -> str:
