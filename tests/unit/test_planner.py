@@ -238,3 +238,16 @@ def test_a_placement_as_fast_as_a_variant_of_a_shown_choice_gets_no_row():
     spread, packed = (predict(Run(model=model, gpus=gpus, strategy="zero3", micro_batch=4, seq_len=4096,
                                   checkpointing="selective"), topo) for gpus in ((0, 2, 4, 6), (0, 1, 2, 3)))
     assert spread.fits and spread.tokens_per_s == packed.tokens_per_s  # the premise: the model cannot tell them apart
+
+
+def test_plan_rows_carry_every_setting_of_their_run():
+    """A plan row and an infeasible row say their run's settings as Run.to_dict() does (the model, sequence,
+    fabric and engine once, in the result): a setting Run gains reaches `plan --json` with no change there."""
+    result = plan(load_model("llama3.1-8b"), NVL, num_gpus=2)
+    said_once = {"model", "seq_len", "fabric", "engine"}
+    for row, run in [(p.to_dict(), p.run) for p in result.plans] + [(i.to_dict(), i.run) for i in result.infeasible]:
+        settings = {k: v for k, v in run.to_dict().items() if k not in said_once}
+        assert {k: row[k] for k in settings} == settings
+    data = result.to_dict()
+    assert (data["model"], data["seq_len"], data["fabric"], data["engine"]) == ("llama3.1-8b", 4096, "nvlink",
+                                                                               "pytorch")
