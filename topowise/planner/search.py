@@ -25,6 +25,10 @@ from topowise.run import CHECKPOINTING, ENGINES, FABRICS, Run
 from topowise.topology.model import Topology
 from topowise.units import GIB
 
+# The order of a plan row's run keys in `plan --json` (a key that Run gains follows them)
+ROW_ORDER = ("strategy", "gpus", "micro_batch", "activation_checkpointing", "checkpointing", "selective_ac_option",
+             "compile", "shard_group_size")
+
 
 def run_row(run: Run) -> dict:
     """The run as a plan row says it: strategy, GPUs, micro-batch, checkpointing, compile, shard group, then any
@@ -34,11 +38,6 @@ def run_row(run: Run) -> dict:
         del data[key]
     first = {key: data.pop(key) for key in ROW_ORDER}
     return {**first, **data}
-
-
-# The order of a plan row's run keys in `plan --json` (a key that Run gains follows them)
-ROW_ORDER = ("strategy", "gpus", "micro_batch", "activation_checkpointing", "checkpointing", "selective_ac_option",
-             "compile", "shard_group_size")
 
 
 @dataclass(frozen=True)
