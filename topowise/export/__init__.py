@@ -1,7 +1,7 @@
 """The chosen plan as what people run: torchrun, Slurm, accelerate, DeepSpeed, torchtitan.
 
-`LaunchPlan` (export/plan.py) is the plan reduced to plain values; each exporter is a pure function
-LaunchPlan -> str.
+`LaunchPlan` (export/plan.py) is the chosen plan's Run and what was predicted of it; each exporter is a pure
+function LaunchPlan -> str.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from topowise.errors import UsageError
 from topowise.export import accelerate, deepspeed, slurm, torchrun, torchtitan
 from topowise.export.plan import LaunchPlan, load_plan_file
-from topowise.run import checkpoint_words
 
 __all__ = ["EXPORTERS", "KINDS", "LaunchPlan", "export_notes", "load_plan_file", "render"]
 
@@ -46,8 +45,8 @@ def export_notes(kind: str, plan: LaunchPlan) -> tuple[str, ...]:
                      "enable it in the model (e.g. gradient_checkpointing_enable(), or "
                      "deepspeed.checkpointing.checkpoint around each block)")
     elif plan.run.checkpointing == "selective":
-        option = str(plan.run.selective_ac_option or "op")
-        words = checkpoint_words(plan.run.checkpointing, option)
+        option = plan.run.selective_ac_option
+        words = plan.run.checkpoint_words
         how = ("torch.utils.checkpoint with create_selective_checkpoint_contexts around each block" if option == "op"
                else "a checkpoint around those blocks")
         notes.append(f"the plan fits with {words} activation checkpointing, which a DeepSpeed config does not turn "
