@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +79,20 @@ def test_validation_carries_the_arithmetic():
     with pytest.raises(UsageError, match=r"unknown mesh dimension 'ep'"):
         build_mesh(range(4), tp=2).groups("ep")
     assert build_mesh(range(64), tp=8, pp=4).dp_shard == 2
+
+
+def test_megatron_table1_rows_are_meshes_on_dgx_nodes():
+    # SC'21 Table 1 (tests/data/published): each row's t x p x d fills its GPUs, and with GPUs listed
+    # node by node (DGX A100, 8 per node) every TP group stays inside one node
+    table = json.loads((Path(__file__).parents[1] / "data" / "published" / "megatron_sc21_table1.json").read_text())
+    v, s = table["common"]["vocab"], table["common"]["seq"]
+    for row in table["rows"]:
+        gpus = [(n, g) for n in range(row["gpus"] // 8) for g in range(8)]
+        mesh = build_mesh(gpus, tp=row["t"], pp=row["p"])
+        assert mesh.dp_shard == row["d"] and groups_spanning(mesh, "tp", node) == ()
+        # the transcription against the paper's own eq. 2 and its aggregate column
+        l, h = row["layers"], row["hidden"]
+        params = 12 * l * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+        assert round(params / 1e9, 1) == pytest.approx(row["params_billion"], abs=0.051)
+        rounding = 0.5 * row["gpus"] / 1e3 + 0.05  # TFLOP/s per GPU printed whole, PFLOP/s to one decimal
+        assert row["achieved_tflops_per_gpu"] * row["gpus"] / 1e3 == pytest.approx(row["aggregate_pflops"], abs=rounding)
