@@ -41,7 +41,7 @@ def test_hand_worked_1f1b_p4_m8():
     assert last.busy[0].start_s == 3 and last.busy[-1].end_s == 27
     assert [t.idle_s for t in sim.timelines] == [9, 9, 9, 9]
     closed = pipeline_time("1f1b", 4, 8, forward_s=1, backward_s=2)
-    assert closed.exact and closed.bubble_s == 9 and closed.bubble_fraction == pytest.approx(3 / 11)
+    assert closed.method == "closed form" and closed.bubble_s == 9 and closed.bubble_fraction == pytest.approx(3 / 11)
     assert closed.bubble_s / closed.compute_s == pytest.approx(3 / 8)
 
 
@@ -72,13 +72,13 @@ def test_closed_form_equals_replay_with_equal_stages(schedule):
         for f, b, w in [(1, 2, 0), (3, 5, 0), (2, 2, 1), (4, 3, 3)]:
             sim = simulate(schedule, p, m, v, f, b, w)
             closed = pipeline_time(schedule, p, m, v, f, b, w)
-            assert closed.exact
+            assert closed.method == "closed form"
             assert closed.step_s == pytest.approx(sim.step_s), (schedule, p, m, v, f, b, w)
             assert closed.compute_s == pytest.approx(max(t.busy_s for t in sim.timelines))
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
-def test_uneven_stages_closed_form_never_under_the_replay(schedule):
+def test_uneven_stages_are_replayed_and_bounded_below(schedule):
     rng = random.Random(42)
     for _ in range(300):
         p = rng.randint(1, 6)
@@ -89,10 +89,19 @@ def test_uneven_stages_closed_form_never_under_the_replay(schedule):
         b = [rng.randint(1, 9) for _ in range(n)]
         w = [rng.randint(0, 3) for _ in range(n)]
         sim = simulate(schedule, p, m, v, f, b, w)
-        closed = pipeline_time(schedule, p, m, v, f, b, w)
-        assert closed.step_s >= sim.step_s - 1e-9
-        # no schedule beats its slowest rank's own work
+        timed = pipeline_time(schedule, p, m, v, f, b, w)
+        assert timed.step_s == sim.step_s
+        # no schedule beats its busiest rank's own work, nor one micro-batch's trip down and back
         assert sim.step_s >= max(t.busy_s for t in sim.timelines)
+        assert sim.step_s >= sum(f) + sum(b) + min(w)
+
+
+def test_pace_formula_is_not_exact_for_uneven_stages():
+    # why uneven stages are replayed: sum(c) + (m - 1) max(c) ("the slowest stage sets the pace") overprices a
+    # heavy first stage, whose warm-up forwards hide part of the wait for its first backward
+    f, b = [3, 1], [6, 2]
+    pace = sum(f) + sum(b) + (2 - 1) * max(x + y for x, y in zip(f, b))
+    assert simulate("1f1b", 2, 2, 1, f, b).step_s < pace
 
 
 def test_slowest_stage_sets_the_pace():

@@ -7,8 +7,8 @@ Three schedules, each as the engines run it:
   gradient, on the critical path) and W (weight gradient, deferred into the bubble); same peak as 1F1B.
 
 Stages are virtual stages s = 0 .. pp*v - 1; stage s runs on rank s % pp (Megatron's and torchtitan's
-looped placement). Times are per micro-batch and per stage, so stages may be uneven: `simulate` prices any
-times exactly; `pipeline_time` gives the closed forms (exact for equal stages, an upper bound otherwise).
+looped placement). Times are per micro-batch and per stage, so stages may be uneven: `simulate` replays the
+orders exactly; `pipeline_time` gives the closed forms where stages are equal and the replay otherwise.
 Derivations and the hand-worked schedules: docs/parallelism.md. No torch here.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from topowise.errors import UsageError
 
@@ -59,15 +60,15 @@ class Simulation:
 
 @dataclass(frozen=True)
 class PipelineTime:
-    """Closed-form time of one optimizer step's pipeline: compute_s is the busiest rank's own work, the
-    bubble the rest. exact is False where stages are uneven (then step_s bounds `simulate` from above)."""
+    """Time of one optimizer step's pipeline: compute_s is the busiest rank's own work, the bubble the rest;
+    method says whether a closed form or the replay gave it (both exact)."""
 
     schedule: str
     step_s: float
     compute_s: float
     bubble_s: float
     bubble_fraction: float
-    exact: bool
+    method: str
 
 
 @dataclass(frozen=True)
@@ -166,21 +167,25 @@ def _per_stage(name: str, value: float | Sequence[float], stages: int) -> tuple[
     return tuple(float(x) for x in value)
 
 
-def simulate(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
-             forward_s: float | Sequence[float] = 1.0, backward_s: float | Sequence[float] = 2.0,
-             weight_s: float | Sequence[float] = 0.0) -> Simulation:
-    """Replay each rank's order against the data dependencies (a forward needs the previous stage's forward
-    of that micro-batch; a backward the next stage's backward; W its own B); zero-cost sends. backward_s is
-    the input-gradient part when weight_s is given separately; 1F1B and interleaved run B and W together."""
+@lru_cache(maxsize=256)
+def _orders(schedule: str, pp: int, microbatches: int, virtual_stages: int) -> tuple[tuple[Op, ...], ...]:
+    return tuple(schedule_order(schedule, pp, microbatches, virtual_stages, r) for r in range(pp))
+
+
+Times = tuple[float, ...]
+
+
+def _replay(schedule: str, pp: int, microbatches: int, virtual_stages: int, f: Times, b: Times, w: Times,
+            record: bool) -> tuple[float, list[float], list[list[Interval]]]:
+    """Earliest start of every op given its rank's order and its data dependency: (step, busy per rank,
+    intervals per rank when record)."""
     stages = pp * virtual_stages
-    f = _per_stage("forward_s", forward_s, stages)
-    b = _per_stage("backward_s", backward_s, stages)
-    w = _per_stage("weight_s", weight_s, stages)
     if schedule != "zb-h1":
         b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * stages
-    orders = [schedule_order(schedule, pp, microbatches, virtual_stages, r) for r in range(pp)]
+    cost = {"F": f, "B": b, "W": w}
+    orders = _orders(schedule, pp, microbatches, virtual_stages)
     done: dict[tuple[str, int, int], float] = {}
-    pos, free = [0] * pp, [0.0] * pp
+    pos, free, work = [0] * pp, [0.0] * pp, [0.0] * pp
     busy: list[list[Interval]] = [[] for _ in range(pp)]
     left = sum(len(o) for o in orders)
     while left:
@@ -198,53 +203,64 @@ def simulate(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
                 if ready is None:
                     break
                 start = max(free[r], ready)
-                end = start + {"F": f, "B": b, "W": w}[op.kind][op.stage]
-                done[(op.kind, op.microbatch, op.stage)] = free[r] = end
-                busy[r].append(Interval(start_s=start, end_s=end, op=op))
+                took = cost[op.kind][op.stage]
+                done[(op.kind, op.microbatch, op.stage)] = free[r] = start + took
+                work[r] += took
+                if record:
+                    busy[r].append(Interval(start_s=start, end_s=start + took, op=op))
                 pos[r] += 1
                 left -= 1
                 moved = True
         if not moved:  # a wrong order would wait forever; the schedules above never do
             raise RuntimeError(f"{schedule} deadlocks at pp {pp}, m {microbatches}, v {virtual_stages}")
-    step = max(free)
-    timelines = []
-    for r in range(pp):
-        work = sum(i.end_s - i.start_s for i in busy[r])
-        timelines.append(Timeline(rank=r, busy=tuple(busy[r]), busy_s=work, idle_s=step - work))
-    return Simulation(schedule=schedule, step_s=step, timelines=tuple(timelines))
+    return max(free), work, busy
+
+
+def _times(pp: int, virtual_stages: int, forward_s, backward_s, weight_s) -> tuple[tuple[float, ...], ...]:
+    stages = pp * virtual_stages
+    return (_per_stage("forward_s", forward_s, stages), _per_stage("backward_s", backward_s, stages),
+            _per_stage("weight_s", weight_s, stages))
+
+
+def simulate(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
+             forward_s: float | Sequence[float] = 1.0, backward_s: float | Sequence[float] = 2.0,
+             weight_s: float | Sequence[float] = 0.0) -> Simulation:
+    """Replay each rank's order against the data dependencies (a forward needs the previous stage's forward
+    of that micro-batch; a backward the next stage's backward; W its own B); zero-cost sends. backward_s is
+    the input-gradient part when weight_s is given separately; 1F1B and interleaved run B and W together."""
+    validate_schedule(schedule, pp, microbatches, virtual_stages)
+    f, b, w = _times(pp, virtual_stages, forward_s, backward_s, weight_s)
+    step, work, busy = _replay(schedule, pp, microbatches, virtual_stages, f, b, w, record=True)
+    timelines = tuple(Timeline(rank=r, busy=tuple(busy[r]), busy_s=work[r], idle_s=step - work[r])
+                      for r in range(pp))
+    return Simulation(schedule=schedule, step_s=step, timelines=timelines)
 
 
 def pipeline_time(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
                   forward_s: float | Sequence[float] = 1.0, backward_s: float | Sequence[float] = 2.0,
                   weight_s: float | Sequence[float] = 0.0) -> PipelineTime:
-    """Closed forms, with c = f + b + w of a stage (virtual stage for interleaved):
-    1f1b: sum of c over stages + (m - 1) max c (SC'21 eq. 1 with equal stages: (p - 1)/m of the ideal);
-    interleaved-1f1b: (m v + p - 1) c ((p - 1)/(v m) of the ideal, SC'21 2.2.2); uneven chunks are priced
-    as if each had the slowest forward and the slowest backward, a bound because a fixed order's finish
-    time only grows with any op's time;
-    zb-h1: m (f + b + w) + (p - 1)(f + b - w) (Qi et al. section 3.1), for m >= p and w <= min(f, b).
-    Exact for equal stages (zb-h1 within those bounds); otherwise an upper bound (zb-h1: `simulate`)."""
+    """One step's pipeline time. Equal stages: the closed forms, with c = f + b + w per (virtual) stage:
+    1f1b (m + p - 1) c, bubble (p - 1)/m of the ideal (SC'21 section 2.2.1);
+    interleaved-1f1b (m v + p - 1) c, bubble (p - 1)/(v m) of the ideal (SC'21 section 2.2.2);
+    zb-h1 m c + (p - 1)(f + b - w) for m >= p and w <= min(f, b) (Qi et al. 2023 section 3.1).
+    Otherwise (uneven stages, or zb-h1 outside those bounds) the replay, which is exact: "the slowest stage
+    sets the pace" as sum(c) + (m - 1) max(c) misses it by -2% to +26% (docs/parallelism.md)."""
     validate_schedule(schedule, pp, microbatches, virtual_stages)
-    stages = pp * virtual_stages
-    f = _per_stage("forward_s", forward_s, stages)
-    b = _per_stage("backward_s", backward_s, stages)
-    w = _per_stage("weight_s", weight_s, stages)
-    c = [x + y + z for x, y, z in zip(f, b, w)]
-    load = max(sum(c[s] for s in range(r, stages, pp)) for r in range(pp))
-    compute = microbatches * load
-    equal = len(set(zip(f, b, w))) == 1
-    m, p = microbatches, pp
-    if schedule == "1f1b":
-        step, exact = sum(c) + (m - 1) * max(c), equal
-    elif schedule == "interleaved-1f1b":
-        step, exact = (m * virtual_stages + p - 1) * (max(f) + max(y + z for y, z in zip(b, w))), equal
-    elif equal and m >= p and w[0] <= min(f[0], b[0]):
-        step, exact = compute + (p - 1) * (f[0] + b[0] - w[0]), True
+    f, b, w = _times(pp, virtual_stages, forward_s, backward_s, weight_s)
+    m, p, v = microbatches, pp, virtual_stages
+    c = f[0] + b[0] + w[0]
+    if len(set(zip(f, b, w))) == 1 and schedule == "1f1b":
+        step, work, method = (m + p - 1) * c, m * c, "closed form"
+    elif len(set(zip(f, b, w))) == 1 and schedule == "interleaved-1f1b":
+        step, work, method = (m * v + p - 1) * c, m * v * c, "closed form"
+    elif len(set(zip(f, b, w))) == 1 and m >= p and w[0] <= min(f[0], b[0]):
+        step, work, method = m * c + (p - 1) * (f[0] + b[0] - w[0]), m * c, "closed form"
     else:
-        step, exact = simulate(schedule, pp, microbatches, 1, f, b, w).step_s, True
-    bubble = step - compute
-    return PipelineTime(schedule=schedule, step_s=step, compute_s=compute, bubble_s=bubble,
-                        bubble_fraction=bubble / step if step else 0.0, exact=exact)
+        step, busy, _ = _replay(schedule, p, m, v, f, b, w, record=False)
+        work, method = max(busy), "replay"
+    bubble = step - work
+    return PipelineTime(schedule=schedule, step_s=step, compute_s=work, bubble_s=bubble,
+                        bubble_fraction=bubble / step if step else 0.0, method=method)
 
 
 def in_flight(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1, rank: int = 0) -> int:
