@@ -267,7 +267,7 @@ def in_flight(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1
     """Peak number of (micro-batch, stage) activations a rank holds: 1F1B's stage i of p holds
     min(p - i, m) (SC'21 2.2.1); interleaved its warm-up + 1 chunks, 2(p - i - 1) + (v - 1)p + 1, which on
     rank 0 is L(1 + (p - 1)/(p v)) layers' worth (Korthikanti et al. 2022, section 4.2.3); zb-h1 holds each
-    until its W: p on every rank (Qi et al. 2023, Table 1: the same peak as 1F1B's first stage)."""
+    until its W: p on every rank (Qi et al. 2023 section 3.1: the same peak as 1F1B's first stage)."""
     validate_schedule(schedule, pp, microbatches, virtual_stages)
     if not 0 <= rank < pp:
         raise UsageError(f"rank {rank} is outside pp {pp} (ranks 0 to {pp - 1})")
