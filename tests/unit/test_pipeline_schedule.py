@@ -164,3 +164,15 @@ def test_validation_messages_carry_the_arithmetic():
         in_flight("gpipe", 4, 8)
     with pytest.raises(UsageError, match=r"3 stage times for 4 stages"):
         simulate("1f1b", 4, 8, forward_s=[1, 1, 1])
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_sends_between_ranks(schedule):
+    # one micro-batch walks down and back: every stage's work plus 2(p - 1) crossings of the boundary
+    sim = simulate(schedule, 4, 1 if schedule != "interleaved-1f1b" else 4, 1, 1.0, 2.0, 0.0, send_s=0.25)
+    if schedule != "interleaved-1f1b":
+        assert sim.step_s == 4 * 3 + 6 * 0.25
+    timed = pipeline_time(schedule, 4, 8, 1, 1.0, 2.0, 0.5 if schedule == "zb-h1" else 0.0, send_s=0.25)
+    free = pipeline_time(schedule, 4, 8, 1, 1.0, 2.0, 0.5 if schedule == "zb-h1" else 0.0)
+    assert timed.method == "replay" and timed.step_s > free.step_s
+    assert pipeline_time(schedule, 1, 8, 1, 1.0, 2.0, send_s=5.0).step_s == 8 * 3  # one rank sends nothing

@@ -176,13 +176,14 @@ Times = tuple[float, ...]
 
 
 def _replay(schedule: str, pp: int, microbatches: int, virtual_stages: int, f: Times, b: Times, w: Times,
-            record: bool) -> tuple[float, list[float], list[list[Interval]]]:
-    """Earliest start of every op given its rank's order and its data dependency: (step, busy per rank,
-    intervals per rank when record)."""
+            record: bool, send_s: float = 0.0) -> tuple[float, list[float], list[list[Interval]]]:
+    """Earliest start of every op given its rank's order and its data dependency (plus send_s where the
+    dependency crosses to another rank): (step, busy per rank, intervals per rank when record)."""
     stages = pp * virtual_stages
     if schedule != "zb-h1":
         b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * stages
     cost = {"F": f, "B": b, "W": w}
+    hop = send_s if pp > 1 else 0.0  # neighbouring stages sit on neighbouring ranks
     orders = _orders(schedule, pp, microbatches, virtual_stages)
     done: dict[tuple[str, int, int], float] = {}
     pos, free, work = [0] * pp, [0.0] * pp, [0.0] * pp
@@ -193,11 +194,14 @@ def _replay(schedule: str, pp: int, microbatches: int, virtual_stages: int, f: T
         for r, order in enumerate(orders):
             while pos[r] < len(order):
                 op = order[pos[r]]
-                if op.kind == "F":
-                    ready = done.get(("F", op.microbatch, op.stage - 1)) if op.stage else 0.0
+                if op.kind == "F" and op.stage == 0:
+                    ready = 0.0
+                elif op.kind == "F":
+                    ready = _arrival(done.get(("F", op.microbatch, op.stage - 1)), hop)
+                elif op.kind == "B" and op.stage < stages - 1:
+                    ready = _arrival(done.get(("B", op.microbatch, op.stage + 1)), hop)
                 elif op.kind == "B":
-                    ready = (done.get(("B", op.microbatch, op.stage + 1)) if op.stage < stages - 1
-                             else done.get(("F", op.microbatch, op.stage)))
+                    ready = done.get(("F", op.microbatch, op.stage))
                 else:
                     ready = done.get(("B", op.microbatch, op.stage))
                 if ready is None:
@@ -216,6 +220,10 @@ def _replay(schedule: str, pp: int, microbatches: int, virtual_stages: int, f: T
     return max(free), work, busy
 
 
+def _arrival(done_at: float | None, hop: float) -> float | None:
+    return None if done_at is None else done_at + hop
+
+
 def _times(pp: int, virtual_stages: int, forward_s, backward_s, weight_s) -> tuple[tuple[float, ...], ...]:
     stages = pp * virtual_stages
     return (_per_stage("forward_s", forward_s, stages), _per_stage("backward_s", backward_s, stages),
@@ -224,13 +232,14 @@ def _times(pp: int, virtual_stages: int, forward_s, backward_s, weight_s) -> tup
 
 def simulate(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
              forward_s: float | Sequence[float] = 1.0, backward_s: float | Sequence[float] = 2.0,
-             weight_s: float | Sequence[float] = 0.0) -> Simulation:
+             weight_s: float | Sequence[float] = 0.0, send_s: float = 0.0) -> Simulation:
     """Replay each rank's order against the data dependencies (a forward needs the previous stage's forward
-    of that micro-batch; a backward the next stage's backward; W its own B); zero-cost sends. backward_s is
+    of that micro-batch; a backward the next stage's backward; W its own B), what crosses to another rank
+    arrives send_s after it was computed (the sender goes on at once: sends overlap compute). backward_s is
     the input-gradient part when weight_s is given separately; 1F1B and interleaved run B and W together."""
     validate_schedule(schedule, pp, microbatches, virtual_stages)
     f, b, w = _times(pp, virtual_stages, forward_s, backward_s, weight_s)
-    step, work, busy = _replay(schedule, pp, microbatches, virtual_stages, f, b, w, record=True)
+    step, work, busy = _replay(schedule, pp, microbatches, virtual_stages, f, b, w, record=True, send_s=send_s)
     timelines = tuple(Timeline(rank=r, busy=tuple(busy[r]), busy_s=work[r], idle_s=step - work[r])
                       for r in range(pp))
     return Simulation(schedule=schedule, step_s=step, timelines=timelines)
@@ -238,25 +247,26 @@ def simulate(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
 
 def pipeline_time(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1,
                   forward_s: float | Sequence[float] = 1.0, backward_s: float | Sequence[float] = 2.0,
-                  weight_s: float | Sequence[float] = 0.0) -> PipelineTime:
+                  weight_s: float | Sequence[float] = 0.0, send_s: float = 0.0) -> PipelineTime:
     """One step's pipeline time. Equal stages: the closed forms, with c = f + b + w per (virtual) stage:
     1f1b (m + p - 1) c, bubble (p - 1)/m of the ideal (SC'21 section 2.2.1);
     interleaved-1f1b (m v + p - 1) c, bubble (p - 1)/(v m) of the ideal (SC'21 section 2.2.2);
     zb-h1 m c + (p - 1)(f + b - w) for m >= p and w <= min(f, b) (Qi et al. 2023 section 3.1).
-    Otherwise (uneven stages, or zb-h1 outside those bounds) the replay, which is exact: "the slowest stage
-    sets the pace" as sum(c) + (m - 1) max(c) misses it by -2% to +26% (docs/parallelism.md)."""
+    Otherwise (uneven stages, sends that take time, zb-h1 outside those bounds) the replay, which is exact:
+    "the slowest stage sets the pace" as sum(c) + (m - 1) max(c) misses it by -2% to +26% (docs/parallelism.md)."""
     validate_schedule(schedule, pp, microbatches, virtual_stages)
     f, b, w = _times(pp, virtual_stages, forward_s, backward_s, weight_s)
     m, p, v = microbatches, pp, virtual_stages
     c = f[0] + b[0] + w[0]
-    if len(set(zip(f, b, w))) == 1 and schedule == "1f1b":
+    equal = len(set(zip(f, b, w))) == 1 and (send_s == 0 or p == 1)
+    if equal and schedule == "1f1b":
         step, work, method = (m + p - 1) * c, m * c, "closed form"
-    elif len(set(zip(f, b, w))) == 1 and schedule == "interleaved-1f1b":
+    elif equal and schedule == "interleaved-1f1b":
         step, work, method = (m * v + p - 1) * c, m * v * c, "closed form"
-    elif len(set(zip(f, b, w))) == 1 and m >= p and w[0] <= min(f[0], b[0]):
+    elif equal and m >= p and w[0] <= min(f[0], b[0]):
         step, work, method = m * c + (p - 1) * (f[0] + b[0] - w[0]), m * c, "closed form"
     else:
-        step, busy, _ = _replay(schedule, p, m, v, f, b, w, record=False)
+        step, busy, _ = _replay(schedule, p, m, v, f, b, w, record=False, send_s=send_s)
         work, method = max(busy), "replay"
     bubble = step - work
     return PipelineTime(schedule=schedule, step_s=step, compute_s=work, bubble_s=bubble,
