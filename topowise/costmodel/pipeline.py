@@ -106,13 +106,13 @@ def validate_schedule(schedule: str, pp: int, microbatches: int, virtual_stages:
                          f"interleaved-1f1b")
     if schedule == "interleaved-1f1b" and pp > 1 and microbatches % pp:
         # Megatron's interleaved schedule walks micro-batches in groups of pp (schedules.py)
+        near = sorted({microbatches - microbatches % pp or pp, microbatches + pp - microbatches % pp})
         raise UsageError(f"interleaved-1f1b needs micro-batches divisible by pp: {microbatches} micro-batches "
-                         f"over pp {pp} leave {microbatches % pp}; use "
-                         f"{microbatches - microbatches % pp or pp} or {microbatches + pp - microbatches % pp}")
+                         f"over pp {pp} leave {microbatches % pp}; use {' or '.join(map(str, near))}")
 
 
 def _warmup(schedule: str, pp: int, microbatches: int, virtual_stages: int, rank: int) -> int:
-    """Forwards a rank runs before its first backward (Megatron schedules.py; Qi et al. Fig. 3 for zb-h1)."""
+    """Forwards a rank runs before its first backward (Megatron schedules.py; zb-h1 keeps 1F1B's)."""
     total = microbatches * virtual_stages
     if schedule == "interleaved-1f1b":
         if microbatches == pp:
@@ -144,7 +144,8 @@ def schedule_order(schedule: str, pp: int, microbatches: int, virtual_stages: in
             ops += [Op(kind="F", microbatch=w + k, stage=rank), Op(kind="B", microbatch=k, stage=rank)]
         return tuple(ops + [Op(kind="B", microbatch=k, stage=rank) for k in range(m - w, m)])
     # zb-h1: rank i holds back i weight gradients (so every rank keeps pp micro-batches, as 1F1B's first) and
-    # spends them in the drain, one after each late backward, the rest at the end
+    # spends them in the drain, one after each late backward, the rest at the end; an order built to meet the
+    # paper's bubble and memory, checked against its closed form (docs/parallelism.md)
     done_w = 0
     for k in range(m - w):
         ops += [Op(kind="F", microbatch=w + k, stage=rank), Op(kind="B", microbatch=k, stage=rank)]
