@@ -213,7 +213,7 @@ def head_dim_of(row: dict) -> int:
         return int(row["head_dim"])
     name = row["model"]
     if name.startswith("configs/"):
-        name = str(Path(__file__).resolve().parent / f"{name}.json")
+        name = str(Path(__file__).resolve().parents[2] / f"{name}.json")  # research/configs/NAME
     return load_model(name).head_dim
 
 

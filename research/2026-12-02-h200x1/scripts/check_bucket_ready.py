@@ -1,6 +1,7 @@
-"""benchmarks/bucket_ready.py on CPU (gloo, one process): DDP as bench train builds it makes the buckets
-the cost model counts (comm.ddp_bucket_ends), in the order it says, for a tied model with biases (gpt2;
-the Llama shapes are checked against one-H200 records in tests/unit/test_overlap.py)."""
+"""bucket_ready.py on CPU (gloo, one process): DDP as bench train builds it makes the buckets the cost model counts
+(comm.ddp_bucket_ends), in the order it says, for a tied model with biases (gpt2; the Llama shapes are checked
+against one-H200 records in tests/unit/test_overlap.py). Run from the repository root (about a minute):
+`python -m pytest -q research/2026-12-02-h200x1/scripts/check_bucket_ready.py`."""
 
 import json
 import os
@@ -13,16 +14,15 @@ import pytest
 from topowise.costmodel.comm import ddp_bucket_ends
 from topowise.models.spec import load_model
 
-pytestmark = pytest.mark.dist
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 
 
 def test_ddp_makes_the_buckets_the_cost_model_counts(tmp_path):
     # one thread: gloo's own thread otherwise contends with the compute on a machine of few cores
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bucket_ready.py"), "--models",
+    done = subprocess.run([sys.executable, str(HERE / "bucket_ready.py"), "--models",
                            "gpt2", "--device", "cpu", "--seq-len", "16", "--warmup", "1", "--steps", "1",
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

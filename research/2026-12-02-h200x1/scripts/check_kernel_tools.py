@@ -1,4 +1,6 @@
-"""benchmarks/trace_kernels.py and kernel_rates.py's fit: the tools the cost model's kernel terms come from."""
+"""The study tools the cost model's kernel terms came from: kernel_rates.py's attention fit, copy_rates.py,
+memory_peak.py, gemm_tiles.py (this session) and launch_cost.py (2026-12-03). A check of these scripts, run from the
+repository root: `python -m pytest -q research/2026-12-02-h200x1/scripts/check_kernel_tools.py`."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-trace_kernels = pytest.importorskip("trace_kernels")
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1] / "2026-12-03-h200x1" / "scripts")]
 
 
 def event(cat, name, ts, dur, correlation=None):
@@ -19,38 +21,6 @@ def event(cat, name, ts, dur, correlation=None):
     if correlation is not None:
         e["args"] = {"correlation": correlation}
     return e
-
-
-def test_kernels_go_to_the_step_that_launched_them(tmp_path):
-    """A GPU that lags its host runs step 1's matmul during step 2's host range: it still counts for step 1."""
-    events = [event("user_annotation", "topowise.step.1", 0, 100),
-              event("user_annotation", "topowise.step.2", 100, 100),
-              event("cuda_runtime", "cudaLaunchKernel", 50, 1, 1), event("cuda_driver", "cuLaunchKernel", 150, 1, 2),
-              event("kernel", "sm90_xmma_gemm_bf16bf16", 160, 40, 1),
-              event("kernel", "void at::native::vectorized_elementwise_kernel", 210, 30, 2),
-              event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 250, 10, 2)]
-    steps, kernels = trace_kernels.per_step({"traceEvents": events}, skip=2)
-    assert steps == 1 and set(kernels) == {"void at::native::vectorized_elementwise_kernel",
-                                           "Memcpy DtoD (Device -> Device)"}
-    steps, kernels = trace_kernels.per_step({"traceEvents": events}, skip=1)
-    assert steps == 2 and kernels["sm90_xmma_gemm_bf16bf16"] == pytest.approx(40e-6 / 2)
-    path = tmp_path / "rank0.trace.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump({"traceEvents": events}, f)
-    sys.argv = ["trace_kernels.py", str(path), "--skip", "1", "--json", str(tmp_path / "k.json")]
-    assert trace_kernels.main() == 0
-    classes = json.loads((tmp_path / "k.json").read_text())["classes"]
-    assert classes == pytest.approx({"matmul": 20e-6, "elementwise/other": 15e-6, "copy/set": 5e-6})
-    sys.argv = ["trace_kernels.py", str(tmp_path / "missing.gz")]
-    assert trace_kernels.main() == 2
-
-
-def test_kernel_classes():
-    assert trace_kernels.kernel_class("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL") == "nccl"
-    assert trace_kernels.kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "attention"
-    assert trace_kernels.kernel_class("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN") == "matmul"
-    assert trace_kernels.kernel_class("void at::native::cunn_SoftMaxForward<4, float>") == "loss"
-    assert trace_kernels.kernel_class("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
 
 
 def test_attention_fit_recovers_its_form():
@@ -81,7 +51,7 @@ def test_copy_rates_groups_the_parameters_as_fsdp2_wraps_them():
 
 def test_copy_rates_summary_of_the_record(tmp_path, capsys, monkeypatch):
     copy_rates = pytest.importorskip("copy_rates")
-    record = Path(__file__).resolve().parents[2] / "docs/results/2026-12-02-h200x1/copies/run19/copy_rates.jsonl"
+    record = HERE.parent / "copies/run19/copy_rates.jsonl"
     monkeypatch.setattr(sys, "argv", ["copy_rates.py", "--summary", str(record)])
     assert copy_rates.main() == 0
     mean = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("share of adamw, mean"))
@@ -93,7 +63,7 @@ def test_copy_rates_summary_of_the_record(tmp_path, capsys, monkeypatch):
 
 
 def test_memory_peak_replays_the_allocator_to_the_last_steps_peak():
-    """benchmarks/memory_peak.py: the peak is looked for from the last step's mark on, what was allocated
+    """memory_peak.py: the peak is looked for from the last step's mark on, what was allocated
     before it still counts, a block is freed when its free completes, and each live block is named by its
     innermost frames in topowise and in torch's machinery."""
     memory_peak = pytest.importorskip("memory_peak")
@@ -140,7 +110,7 @@ def test_launch_cost_counts_the_queue_at_each_call_and_the_calls_that_waited(tmp
 
 
 def test_gemm_tiles_form_and_its_fit():
-    """benchmarks/gemm_tiles.py: a 3.4-wave GEMM idles the rest of its last wave; the grid search finds the
+    """gemm_tiles.py: a 3.4-wave GEMM idles the rest of its last wave; the grid search finds the
     constants that made a set of rates."""
     import gemm_tiles
 
@@ -154,25 +124,3 @@ def test_gemm_tiles_form_and_its_fit():
     for r in rows:
         r["rate"] = gemm_tiles.tile_form(r, 0.84, 160)
     assert gemm_tiles.fit(rows) == (0.84, 160)
-
-
-def test_trace_kernels_counts_a_phase_by_where_the_host_launched_each_kernel():
-    events = []
-
-    def span(name, cat, ts, dur, **args):
-        events.append({"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "args": args})
-
-    for step in range(3):
-        t0 = 1000 * step
-        span(f"topowise.step.{step}", "user_annotation", t0, 900)
-        span("topowise.forward", "user_annotation", t0, 300)
-        span("topowise.optimizer", "user_annotation", t0 + 600, 300)
-        span("cudaLaunchKernel", "cuda_runtime", t0 + 10, 1, correlation=10 * step + 1)
-        span("fwd_kernel", "kernel", t0 + 20, 100, correlation=10 * step + 1)
-        span("cudaLaunchKernel", "cuda_runtime", t0 + 610, 1, correlation=10 * step + 2)
-        # launched in the optimizer's range, run after the step's range ends on the host: still the optimizer's
-        span("opt_kernel", "kernel", t0 + 950, 50, correlation=10 * step + 2)
-    trace = {"traceEvents": events}
-    assert trace_kernels.per_step(trace, 1) == (2, {"fwd_kernel": 100e-6, "opt_kernel": 50e-6})
-    assert trace_kernels.per_step(trace, 1, "optimizer") == (2, {"opt_kernel": 50e-6})
-    assert trace_kernels.per_step(trace, 0, "forward") == (3, {"fwd_kernel": 100e-6})

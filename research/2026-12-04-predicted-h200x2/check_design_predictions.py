@@ -1,5 +1,6 @@
-"""benchmarks/design_predictions.py: the committed predictions cover the designed validation, and a measurement
-is paired with them by case whatever name the records give a config."""
+"""design_predictions.py: the committed predictions cover the designed validation, and a measurement is paired with
+them by case whatever name the records give a config. Run from the repository root:
+`python -m pytest -q research/2026-12-04-predicted-h200x2/check_design_predictions.py`."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 import design_predictions as dp  # noqa: E402
 
 from topowise.calibrate.design import validation_cases  # noqa: E402
 
-COMMITTED = ROOT / "docs/results/2026-12-04-predicted-h200x2/predictions-default.jsonl"
+COMMITTED = HERE / "predictions-default.jsonl"
 
 
 def committed() -> list[dict]:
