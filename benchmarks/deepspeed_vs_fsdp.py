@@ -2,7 +2,7 @@
 and without (--fabric pcie): throughput, memory, predicted vs measured, and a comparison in words
 computed from the numbers.
 
-    PYTHONPATH=. python3 benchmarks/deepspeed_vs_fsdp.py --out-dir docs/results
+    PYTHONPATH=. python3 benchmarks/deepspeed_vs_fsdp.py --out-dir research
     python3 benchmarks/deepspeed_vs_fsdp.py --device cpu --model tiny --seq-len 64 --steps 2 --warmup 1 --out-dir /tmp/x
 
 Writes OUT_DIR/deepspeed-vs-fsdp.jsonl (one `bench train` record per run, appended as each finishes)
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     parser.add_argument("--nproc", type=int, default=None)
     parser.add_argument("--topology", default=None, help="preset or file for predictions (default: live NVML)")
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per run")
-    parser.add_argument("--out-dir", default="docs/results")
+    parser.add_argument("--out-dir", default="research")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DS_BUILD_OPS", "0")  # the ranks inherit it: DeepSpeed must not JIT-build ops

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements recorded in docs/results/, in one run on a GPU machine, from the repo root:
+# The GPU measurements recorded in research/, in one run on a GPU machine, from the repo root:
 #   OUT=some/dir bash benchmarks/gpu_suite.sh STAGE [STAGE ...]
 # Stages: topo comm train plain gputests stall host trace study calibrate validate calibrate-design
 # validate-design deepspeed. Each stage has its own time limit so
@@ -59,9 +59,9 @@ for stage in "$@"; do
     validate-design)  # its validation with compiled twins; ROUND=n names the repeat (one per call: about 6 min)
       T 540 python3 -m topowise validate --design --compile --profile "${PROFILE:-$R/profile-design.json}" \
         --out "$R/validate-design-${ROUND:-1}.jsonl" > "$R/validate-design-${ROUND:-1}.txt" 2>&1
-      # the same cases as the default profile predicted them before any ran (docs/results/2026-12-04-predicted-h200x2)
-      T 60 python3 benchmarks/design_predictions.py --measured "$R/validate-design-${ROUND:-1}.jsonl" \
-        --predicted docs/results/2026-12-04-predicted-h200x2/predictions-default.jsonl > "$R/predicted-before-${ROUND:-1}.txt" 2>&1 ;;
+      # the same cases as the default profile predicted them before any ran (research/2026-12-04-predicted-h200x2)
+      T 60 python3 research/2026-12-04-predicted-h200x2/design_predictions.py --measured "$R/validate-design-${ROUND:-1}.jsonl" \
+        --predicted research/2026-12-04-predicted-h200x2/predictions-default.jsonl > "$R/predicted-before-${ROUND:-1}.txt" 2>&1 ;;
     deepspeed)  # DeepSpeed and its few missing dependencies travel as wheels in .whl/ (docs/deepspeed.md)
       ( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
         export PYTHONPATH=/tmp/site:$PYTHONPATH DS_BUILD_OPS=0 &&

@@ -10,7 +10,7 @@ costmodel/network.py for collectives across nodes), not measurements. Per-GPU wo
 At every point the fastest strategy that fits in memory is taken (ddp, zero1, zero2, zero3, hsdp
 with one shard group per node; activation checkpointing only where it is needed to fit).
 
-    python benchmarks/scaleout.py            # writes docs/multinode.md and docs/results/scaleout.png
+    python benchmarks/scaleout.py            # writes docs/multinode.md and research/scaleout.png
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ UNVALIDATED = [
     "- Distance between racks: fibre at 5 ns per metre and switch datasheet latencies, never timed here;",
     "  the answer above is that microseconds per hop do not move a step of hundreds of milliseconds.",
     "- Encryption: AES-GCM and ChaCha20 throughput per core is measured on the host by `topowise",
-    "  calibrate --only encryption` (docs/results/2026-12-01-cpu-encryption); the WAN itself (TCP over",
+    "  calibrate --only encryption` (research/2026-12-01-cpu-encryption); the WAN itself (TCP over",
     "  a long round trip, window limits, loss) is not modelled beyond its rate and one-way latency.",
     "- Gradient accumulation across regions (the cross-region all-reduce once per k micro-batches, FSDP2",
     "  `set_requires_all_reduce(False)` on the others) is arithmetic on the predicted step, not a run.",
@@ -297,7 +297,7 @@ def render_markdown(results: dict, profile) -> str:
               "whose NVSwitch reduces (H100/H200), NCCL's NVLS-Tree is a third all-reduce algorithm: NVLink",
               "SHARP inside the node, a tree across nodes (docs/networks.md, \"NVLS-Tree\"). Groups",
               "inside one node use costmodel/comm.py (calibrated on this project's H200 measurements).", "",
-              "![predicted scale-out](results/scaleout.png)", "",
+              "![predicted scale-out](../research/scaleout.png)", "",
               "What the model leaves out: in-network reduction in the network's switches (InfiniBand SHARP,",
               "NCCL's CollNet: off unless NCCL_COLLNET_ENABLE=1 with the SHARP plugin),",
               "congestion and oversubscription above the leaf switches, stragglers, and pipeline or tensor",
@@ -349,7 +349,7 @@ def plot(results: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--md", default=str(ROOT / "docs" / "multinode.md"))
-    parser.add_argument("--png", default=str(ROOT / "docs" / "results" / "scaleout.png"))
+    parser.add_argument("--png", default=str(ROOT / "research" / "scaleout.png"))
     args = parser.parse_args(argv)
     profile = default_profile()
     results = sweep(profile)

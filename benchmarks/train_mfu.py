@@ -1,6 +1,6 @@
 """The bench-train speed target: llama3.2-1b at 8192 tokens per GPU per step on every GPU here.
 
-    PYTHONPATH=. python3 benchmarks/train_mfu.py --out docs/results/train_mfu_2xh200.jsonl
+    PYTHONPATH=. python3 benchmarks/train_mfu.py --out research/train_mfu_2xh200.jsonl
 
 Runs `bench train` (the same library the CLI calls) over NVLink (ddp, zero1, zero2, zero3, hsdp)
 and with --fabric pcie (NCCL_P2P_DISABLE=1; ddp, zero1, zero2, zero3), then prints one table:

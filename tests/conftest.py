@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).parent
 BY_FOLDER = {HERE / "dist": pytest.mark.dist, HERE / "gpu": pytest.mark.gpu}
-H200X2_RESULTS = HERE.parent / "docs" / "results" / "2026-11-30-h200x2"
+H200X2_RESULTS = HERE / "data" / "records" / "2026-11-30-h200x2"
 # `topowise validate` runs of the current cost model: run 10 (its calibration is the default profile), 16, 17
 VALIDATION_RUNS = ("run10", "run16", "run17")
 

@@ -67,29 +67,3 @@ def test_compiled_blocks_keep_what_the_model_predicts_and_agree_on_gradients():
     assert 0.98 * two_i <= per_block <= 1.02 * (two_i + two_kv), (per_block, two_i, two_kv)
 
 
-@pytest.mark.parametrize("name", ["llama3.2-1b", "qwen2.5-0.5b", "gpt2"])
-def test_compiled_blocks_under_ddp_keep_what_ddp_optimizers_pieces_say(name, tmp_path):
-    """Under DDP (ddp, zero1: autocast, fp32 weights) Dynamo compiles a block in the pieces DDP's buckets cut
-    (memory.ddp_compiled_pieces): llama3.2-1b's MLP in three, qwen2.5-0.5b's in one, GPT-2's GELU output
-    kept. Each block's saved bytes per token, counted by autograd's hooks inside the model (two blocks)."""
-    import dataclasses
-    import sys
-    from pathlib import Path
-
-    import torch.distributed as dist
-
-    from topowise.costmodel.memory import activation_bytes_per_token_per_layer
-    from topowise.models.spec import load_model
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from saved_bytes import measure_in_model
-
-    spec = dataclasses.replace(load_model(name), num_layers=2)
-    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        for mode in ("eager", "compiled"):
-            row = measure_in_model(spec, 4, 1024, True, mode, ddp=True, device="cuda")
-            assert row["measured_per_token"] == activation_bytes_per_token_per_layer(
-                spec, autocast=True, compiled=mode == "compiled"), row
-    finally:
-        dist.destroy_process_group()

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 # run 10's fit, in its form: one rate for all FLOPs, attention's included (no attention term); fitted again
-# since FSDP2's cast and copies were modelled (benchmarks/overlap_refit.py --rates, refit5; 0.6027 and
-# 11.17 before)
+# since FSDP2's cast and copies were modelled (research/2026-11-30-h200x2/scripts/overlap_refit.py --rates, refit5;
+# 0.6027 and 11.17 before)
 EARLIER_RATES = {"compute_efficiency": 0.7610, "activation_traffic": 16.86, "attention_efficiency": {},
                  "elementwise_form": "saved-bytes", "gemm_form": "one-rate"}
 

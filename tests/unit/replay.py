@@ -1,5 +1,5 @@
-"""Committed bench train records replayed through today's cost model (the default profile), for the tests that
-guard the README's accuracy sentences."""
+"""The frozen bench train records of tests/data/records replayed through today's cost model (the default profile),
+for the tests that guard the README's accuracy sentences."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from topowise.costmodel.profile import default_profile
 from topowise.measure.records import read_records, steady_peak_bytes
 from topowise.topology import load_topology
 
-RESULTS = Path(__file__).parents[2] / "docs/results"
+RESULTS = Path(__file__).parents[2] / "tests" / "data" / "records"
 
 
 def memory_errors(pattern: str, keep: Callable[[dict], bool] = lambda r: True) -> list[float]:
     """Predicted allocated memory / the steady step's measured - 1, for every finished record under
-    docs/results matching `pattern` (a glob) that `keep` keeps."""
+    tests/data/records matching `pattern` (a glob) that `keep` keeps."""
     predict_one = predictor(load_topology("h200-x2"))
     return [predict_one(default_profile(), observation_from(r)).memory.allocated_bytes / steady_peak_bytes(r) - 1
             for r in finished(sorted(RESULTS.glob(pattern))) if keep(r)]

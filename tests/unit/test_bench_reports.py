@@ -19,7 +19,7 @@ from topowise.measure.records import fabric_label
 from topowise.measure.train import compare_losses
 from topowise.units import GIB
 
-RUN = Path(__file__).parents[2] / "docs" / "results" / "2026-11-30-h200x2"
+RUN = Path(__file__).parents[2] / "tests" / "data" / "records" / "2026-11-30-h200x2"
 
 
 def read_jsonl(path: Path) -> list[dict]:

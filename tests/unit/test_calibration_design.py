@@ -124,8 +124,8 @@ def test_the_designed_validation_covers_what_issue_targets_ask(tmp_path):
     calibrated = {block_shape(m) for m in MODELS.values()}
     specs = {c.model: load(c.model) for c in plan.cases}
     assert not calibrated & {block_shape(s) for s in specs.values()}
-    # the two configs are the held-out one-GPU shapes of benchmarks/configs, to the parameter
-    root = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
+    # the two configs are the held-out one-GPU shapes of tests/data/configs, to the parameter
+    root = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
     for name in ("llama-0.95b", "llama-2.46b-gqa"):
         (written,) = [s for s in specs.values() if s.name == name]
         assert written.params == load(str(root / f"{name}.json")).params

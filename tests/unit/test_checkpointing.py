@@ -235,7 +235,7 @@ def test_plan_takes_every_2nd_block_where_per_ops_python_sets_the_step():
     from topowise.planner.candidates import enumerate_candidates
     from topowise.planner.search import evaluate, rank
 
-    narrow = load_model(str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json"))
+    narrow = load_model(str(Path(__file__).parents[2] / "tests/data/configs/llama-deep-narrow.json"))
     fits, _, _ = evaluate(H200X2, enumerate_candidates(H200X2, narrow, seq_len=2048, gpus=(0,), micro_batches=(8,)),
                           profile=None)
     every = {(p.run.checkpointing, p.run.selective_ac_option): p for p in fits}

@@ -1,6 +1,6 @@
 """What checkpointing costs the host: the per-block terms (step.checkpointing_host_s), their fit from 128-token
 runs (calibrate.fit.fit_checkpointing_host) and the one-H200 runs no fit saw
-(docs/results/2026-12-02-h200x1/recompute)."""
+(tests/data/records/2026-12-02-h200x1/recompute)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from topowise.models.spec import load_model
 from topowise.run import Run
 from topowise.topology import load_topology
 
-RECOMPUTE = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/recompute"
+RECOMPUTE = Path(__file__).parents[2] / "tests/data/records/2026-12-02-h200x1/recompute"
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_the_plan_says_when_checkpointing_makes_the_gpu_wait():
     from topowise.planner.explain import host_phrase
 
     h200 = load_topology("h200-x2")
-    narrow = load_model(str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json"))
+    narrow = load_model(str(Path(__file__).parents[2] / "tests/data/configs/llama-deep-narrow.json"))
     per_op = predict(Run(narrow, (0,), "ddp", micro_batch=8, seq_len=2048, checkpointing="selective"), h200)
     assert "per-op selective checkpointing runs its policy on every operator" in host_phrase(per_op)
     full = predict(Run(narrow, (0,), "ddp", micro_batch=8, seq_len=2048, checkpointing="full"), h200)
@@ -105,7 +105,7 @@ def test_the_plan_says_when_checkpointing_makes_the_gpu_wait():
 def test_predict_says_per_op_selective_runs_python_on_every_operator(capsys):
     from topowise.cli.main import main
 
-    config = str(Path(__file__).parents[2] / "benchmarks/configs/llama-deep-narrow.json")
+    config = str(Path(__file__).parents[2] / "tests/data/configs/llama-deep-narrow.json")
     args = ["predict", "--model", config, "--topology", "h200-x2", "--gpus", "0", "--strategy", "ddp",
             "--micro-batch", "8", "--seq-len", "2048", "--checkpointing"]
     assert main(args + ["selective"]) == 0

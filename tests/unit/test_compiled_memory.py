@@ -1,7 +1,7 @@
 """What a compiled block keeps for backward: under DDP, Dynamo's DDPOptimizer compiles the block in pieces cut
 where DDP's gradient buckets end, and Inductor recomputes an output in the backward only inside one piece
 (memory.compiled_saved_less). The pieces are checked against torch's own splitting; the bytes against the
-per-block and whole-step measurements of one H200 (docs/results/2026-12-03-h200x1/compiled-memory)."""
+per-block and whole-step measurements of one H200 (tests/data/records/2026-12-03-h200x1/compiled-memory)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from topowise.measure.records import read_records, steady_peak_bytes
 from topowise.models.spec import load_model
 from topowise.topology import load_topology
 
-RUN38 = Path(__file__).parents[2] / "docs/results/2026-12-03-h200x1/compiled-memory/run38"
-CONFIGS = Path(__file__).parents[2] / "benchmarks/configs"
+RUN38 = Path(__file__).parents[2] / "tests/data/records/2026-12-03-h200x1/compiled-memory/run38"
+CONFIGS = Path(__file__).parents[2] / "tests/data/configs"
 MODELS = ["llama3.2-1b", "qwen2.5-0.5b", "gpt2", str(CONFIGS / "llama-0.37b.json"),
           str(CONFIGS / "llama-deep-narrow.json"), str(CONFIGS / "llama-2.46b-gqa.json")]
 

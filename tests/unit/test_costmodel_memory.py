@@ -1,5 +1,5 @@
 """Memory per GPU: the training state each strategy keeps, the activations autograd saves, and the
-prediction against the peaks measured on 2x H200 (docs/results/2026-11-30-h200x2)."""
+prediction against the peaks measured on 2x H200 (tests/data/records/2026-11-30-h200x2)."""
 
 import pytest
 from hypothesis import given, settings
@@ -194,12 +194,12 @@ def test_allocated_peak_of_cases_calibration_did_not_use(h200_validation_records
 
 def test_allocated_peak_of_llama_1b_at_8192_tokens():
     """bench train on one H200 with the current model (k and v at their own heads, one pair of rotary
-    tables): docs/results/2026-12-01-h200x1/vs-torchtitan/run2/train.jsonl. (The 2x H200 records of
+    tables): tests/data/records/2026-12-01-h200x1/vs-torchtitan/run2/train.jsonl. (The 2x H200 records of
     2026-11-30 were taken with k and v repeated to every head and so saved more.)"""
     import json
     from pathlib import Path
 
-    path = Path(__file__).parents[2] / "docs/results/2026-12-01-h200x1/vs-torchtitan/run2/train.jsonl"
+    path = Path(__file__).parents[2] / "tests/data/records/2026-12-01-h200x1/vs-torchtitan/run2/train.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     assert {r["strategy"] for r in records} == {"ddp", "zero2", "zero3"}
     for rec in records:
@@ -225,14 +225,15 @@ def test_zero2_reshards_each_unit_after_its_backward():
     """FSDP2 reshards a unit after its own backward whatever reshard_after_forward says, so at the last
     block's backward zero2 holds only that block and the root unsharded. One H200: the 2.46B GQA config per-op
     selective (2 x 2048) and the 0.95B config at 128 tokens peaked elsewhere than the model's last block's
-    backward, +7.0% and +8.7% over while every unit was counted there (docs/results/2026-12-02-h200x1/recompute)."""
+    backward, +7.0% and +8.7% over while every unit was counted there (tests/data/records/2026-12-02-h200x1/
+    recompute)."""
     from pathlib import Path
 
     from topowise.calibrate.fit import observation_from, predictor
     from topowise.measure.records import read_records
 
     predict_one = predictor(load_preset("h200-x2"))
-    results = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/recompute"
+    results = Path(__file__).parents[2] / "tests/data/records/2026-12-02-h200x1/recompute"
     records = [r for run, shape in (("run37", (2, 2048)), ("run36", (1, 128)))
                for r in read_records(str(results / run / "train.jsonl"), kind="train")
                if r["strategy"] == "zero2" and (r["micro_batch"], r["seq_len"]) == shape]

@@ -1,5 +1,5 @@
 """Step time: the profile, FLOPs, what each strategy sends and what it costs, and the step against the
-step times measured on 2x H200 (docs/results/2026-11-30-h200x2)."""
+step times measured on 2x H200 (tests/data/records/2026-11-30-h200x2)."""
 
 import dataclasses
 import json
@@ -75,7 +75,7 @@ def test_flops_worked_llama_1b():
 
 # --- one collective against nccl-tests -----------------------------------------------------------
 # nccl-tests busbw (GB/s) on 2x H200, NV18 and NCCL_P2P_DISABLE=1, NCCL 2.28, 2026-11-30
-# (docs/results/2026-11-30-h200x2/run1/comm-vs-nccl-tests.txt, column "nccl-tests").
+# (research/2026-11-30-h200x2/run1/comm-vs-nccl-tests.txt, column "nccl-tests").
 NCCL_TESTS = {
     ("nvlink", "all_reduce"): {1: 44.5, 16: 211.0, 64: 267.0, 256: 299.0, 1024: 329.0},
     ("nvlink", "all_gather"): {1: 22.6, 16: 151.0, 64: 212.0, 256: 244.0, 1024: 267.0},

@@ -1,5 +1,5 @@
 """The cost model's DeepSpeed engine: where its state and traffic differ from FSDP2's, and against
-DeepSpeed measured on 2x H200 (docs/results/2026-11-30-h200x2/run3/deepspeed)."""
+DeepSpeed measured on 2x H200 (tests/data/records/2026-11-30-h200x2/run3/deepspeed)."""
 
 import json
 from pathlib import Path
@@ -18,7 +18,7 @@ from topowise.topology import load_topology
 M = load_model("llama3.2-1b")
 T = load_topology("hgx-h200-8")
 P = M.params
-MEASURED = Path(__file__).parents[2] / "docs/results/2026-11-30-h200x2/run3/deepspeed/deepspeed-vs-fsdp.jsonl"
+MEASURED = Path(__file__).parents[2] / "tests/data/records/2026-11-30-h200x2/run3/deepspeed/deepspeed-vs-fsdp.jsonl"
 
 
 def pt(strategy, gpus=(0, 1), topology=T, model=M, **kw):

@@ -1,5 +1,5 @@
 """The default profile's eager GPU rates are the designed calibration's fit on one H200
-(docs/results/2026-12-02-h200x1/design/run22): four Llama-style configs (topowise/calibrate/design.py)
+(tests/data/records/2026-12-02-h200x1/design/run22): four Llama-style configs (topowise/calibrate/design.py)
 at their design shapes, no communication; no other one-GPU run is in it."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from topowise.costmodel.profile import default_profile
 from topowise.measure.records import read_records, steady_peak_bytes
 from topowise.topology.presets import load_preset
 
-RUN = Path(__file__).resolve().parents[2] / "docs" / "results" / "2026-12-02-h200x1" / "design" / "run22"
+RUN = Path(__file__).resolve().parents[2] / "tests" / "data" / "records" / "2026-12-02-h200x1" / "design" / "run22"
 H200X2 = load_preset("h200-x2")  # one GPU of it: the records ran on one H200
 
 
 def test_defaults_are_the_designed_fit():
-    """What `python benchmarks/compile_accuracy.py --dir RUN --fit-eager` fits, the defaults hold."""
+    """What `python research/2026-12-02-h200x1/scripts/compile_accuracy.py --dir RUN --fit-eager` fits, the
+    defaults hold."""
     predict_one = predictor(H200X2)
     obs = observations_from(read_records(RUN / "fit" / "design.jsonl", kind="train"))
     profile, bound = fit_host(default_profile(), obs, predict_one, None, "test")
@@ -61,8 +62,8 @@ def test_the_steady_peak_is_the_last_steps():
 def test_the_readme_figures_of_the_designed_fit_hold():
     """README and docs/calibration.md: the 21 earlier eager GPU-bound one-H200 runs 0.8% mean, 2.4% worst;
     the 12 whose block no design config has 0.8% / 2.4% (llama3.2-1b's block is cal-h2048-l8's, the 0.37B
-    config's cal-h1024's). The runs as benchmarks/attention_accuracy.py reads them: host-bound ones and
-    those whose timed steps spread over 5% left out."""
+    config's cal-h1024's). The runs as research/2026-12-02-h200x1/scripts/attention_accuracy.py reads them:
+    host-bound ones and those whose timed steps spread over 5% left out."""
     from topowise.calibrate.fit import UNSTEADY_SPREAD
 
     h200 = RUN.parents[1]

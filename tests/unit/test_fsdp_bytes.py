@@ -19,7 +19,7 @@ from topowise.run import Run
 from topowise.topology.presets import load_preset
 
 H200X2 = load_preset("h200-x2")
-RESULTS = Path(__file__).resolve().parents[2] / "docs/results/2026-12-02-h200x1"
+RESULTS = Path(__file__).resolve().parents[2] / "tests/data/records/2026-12-02-h200x1"
 TRACE = RESULTS / "kernels/run18/kernels-3b-zero3.json"
 COPY_RATES = RESULTS / "copies/run19/copy_rates.jsonl"
 
@@ -62,7 +62,8 @@ def test_each_copy_at_its_measured_rate():
 
 
 def test_copy_rates_are_the_recorded_means():
-    """step.py's shares are the means of benchmarks/copy_rates.py's record over its five models."""
+    """step.py's shares are the means of research/2026-12-02-h200x1/scripts/copy_rates.py's record over its five
+    models."""
     rows = [json.loads(line) for line in COPY_RATES.read_text().splitlines() if line]
     assert len(rows) == 5
     for name, copy in (("cast_down", step_mod.CAST_DOWN), ("cast_up", step_mod.CAST_UP),

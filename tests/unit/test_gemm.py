@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,8 +20,6 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # gemm_tiles.py and gemm_shape_check.py read the records
-RUN16 = ROOT / "docs/results/2026-12-02-h200x1/kernels/run16/kr/kernel_rates.jsonl"
 H200X2 = load_topology("h200-x2")
 E = gemm.BEST_ALONE
 
@@ -42,36 +39,6 @@ def test_shares_by_hand():
 
 def test_without_an_sm_count_every_pass_runs_at_the_rate():
     assert gemm.linear_seconds(896, 896, 8192, 1e15, 0) == pytest.approx((2 * 8192 * 896 * 896 / 1e15,) * 3)
-
-
-def kernel_rows() -> list[tuple[str, float, float]]:
-    """(pass, the form's rate, the measured rate) of every block GEMM of run16, both as shares of the datasheet."""
-    from gemm_tiles import observations
-
-    rows = []
-    for o in observations(str(RUN16)):
-        if o["phase"] == "grad_weight":
-            form = E * gemm.weight_grad_share(o["rows"], o["cols"])
-        else:
-            form = E * gemm.tile_share(o["rows"], o["cols"], o["k"], 132)
-        rows.append((o["phase"], form, o["rate"]))
-    return rows
-
-
-def rms(rows) -> float:
-    return math.sqrt(statistics.mean(math.log(f / m) ** 2 for _, f, m in rows))
-
-
-def test_the_constants_reproduce_the_gemms_timed_alone():
-    """docs/calibration.md, "The GEMM rate by shape": the forward and input-gradient GEMMs of six models at six
-    shapes 2.7% rms (one rate for all 7.3%), the weight gradients 4.7% (6.9%)."""
-    rows = kernel_rows()
-    data = [r for r in rows if r[0] != "grad_weight"]
-    weight = [r for r in rows if r[0] == "grad_weight"]
-    assert len(data) == 360 and len(weight) == 180
-    assert round(100 * rms(data), 1) == 2.7 and round(100 * rms(weight), 1) == 4.7
-    one = math.exp(statistics.mean(math.log(m) for _, _, m in data))
-    assert rms([(p, one, m) for p, _, m in data]) > 2.5 * rms(data)
 
 
 def test_narrow_blocks_pay_for_their_shape_in_the_step():
@@ -94,27 +61,17 @@ def test_a_profile_fitted_with_one_rate_is_read_so():
     assert Profile.from_dict(default_profile().to_dict()).gemm_form == "tiles"
     with pytest.raises(UsageError, match="gemm_form must be one of"):
         Profile.from_dict({"gemm_form": "guess"})
-    for path in (ROOT / "docs/results").glob("2026-11-30-h200x2/**/profile.json"):
+    for path in (ROOT / "tests" / "data" / "records").glob("2026-11-30-h200x2/**/profile.json"):
         data = json.loads(path.read_text())
         assert Profile.from_dict(data).gemm_form == "one-rate", path
 
 
-def test_the_power_limit_exponent_is_the_probes_and_holds_in_traced_steps():
-    """gemm-shape/run52's gemm_clock.py: six GEMMs held at the 700 W limit ran at 0.748 x burst ^ 0.49; in the six
-    traced steps of run53 and run54 (576-2048 wide) the GEMM kernels ask for one best rate within 1% with that
-    exponent, and for rates 8% apart or more with the shares whole or with one rate for all."""
-    probe = json.loads((ROOT / "docs/results/2026-12-03-h200x1/gemm-shape/run52/gemm_clock.json").read_text())
+def test_the_power_limit_exponent_is_the_probes():
+    """gemm-shape/run52's gemm_clock.py: six GEMMs held at the 700 W limit ran at 0.748 x burst ^ 0.49 (that it holds
+    in traced steps: research/2026-12-03-h200x1/scripts/check_gemm.py)."""
+    probe = json.loads((ROOT / "tests/data/records/2026-12-03-h200x1/gemm-shape/run52/gemm_clock.json").read_text())
     xs = [math.log(r["burst_rate"]) for r in probe]
     ys = [math.log(r["sustained_rate"]) for r in probe]
     mx, my = statistics.mean(xs), statistics.mean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     assert round(slope, 2) == gemm.POWER_LIMIT_EXPONENT
-
-    from gemm_shape_check import traced_best_rates
-
-    def spread(rates):
-        return max(rates) / min(rates) - 1
-
-    assert len(traced_best_rates(1.0)) == 6
-    assert spread(traced_best_rates(gemm.POWER_LIMIT_EXPONENT)) < 0.01
-    assert spread(traced_best_rates(1.0)) > 0.08 and spread(traced_best_rates(0.0)) > 0.08

@@ -1,6 +1,6 @@
 """The host's work per block by the operators it dispatches (costmodel/host_ops.py): the counts as the GPU counted
 them, the price per operator across block families, and the records it changes
-(docs/results/2026-12-03-h200x1/host-ops)."""
+(tests/data/records/2026-12-03-h200x1/host-ops)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 ROOT = Path(__file__).parents[2]
-HOST_OPS = ROOT / "docs/results/2026-12-03-h200x1/host-ops"
+HOST_OPS = ROOT / "tests/data/records/2026-12-03-h200x1/host-ops"
 TOPO = load_topology("h200-x2")
 
 
 def spec(name: str):
-    return load_model(str(ROOT / name) if name.endswith(".json") else name)
+    """A preset, or a config the records name by the path it had then (the same file under tests/data/configs)."""
+    return load_model(str(ROOT / "tests/data/configs" / Path(name).name) if name.endswith(".json") else name)
 
 
 def test_the_counts_are_what_the_gpu_counted():
@@ -55,7 +56,9 @@ def test_one_price_per_operator_holds_where_one_per_block_does_not():
     per_op = [statistics.median(rows[n][1][i] / rows[n][0][i] for n in llama) for i in (0, 1)]
     per_block = [statistics.median(rows[n][1][i] / rows[n][2] for n in llama) for i in (0, 1)]
     worst_per_block = 0.0
-    for name in ("gpt2", "benchmarks/configs/qwen3-0.6b.json", "benchmarks/configs/qwen3-1.7b.json"):
+    others = [n for n in rows if n == "gpt2" or "qwen3" in n]
+    assert len(others) == 3
+    for name in others:
         ops, fastest, layers = rows[name]
         for i in (0, 1):
             assert abs(ops[i] * per_op[i] / fastest[i] - 1) < 0.15, (name, i)
@@ -73,7 +76,7 @@ def host(p, phase):
 
 def test_a_block_of_more_operators_costs_the_host_more_at_ddps_price():
     profile = default_profile()
-    qwen3 = "benchmarks/configs/qwen3-0.6b.json"
+    qwen3 = "tests/data/configs/qwen3-0.6b.json"
     for strategy, autocast in (("ddp", True), ("zero3", False)):
         p = predict(run(qwen3, strategy), TOPO, profile)
         extra = host_ops.extra_ops(spec(qwen3), autocast, "backward")
@@ -113,7 +116,7 @@ def test_qwen3s_host_set_step_is_flagged_and_inside_its_range():
     block the model called it GPU-bound, -21.4% and -19.0% in two calls; by its operators it is host-bound, and
     both measured steps lie inside the host's range."""
     predict_one = predictor(TOPO)
-    records = [r for f in (ROOT / "docs/results/2026-12-03-h200x1/attention/run57/train.jsonl",
+    records = [r for f in (ROOT / "tests/data/records/2026-12-03-h200x1/attention/run57/train.jsonl",
                            HOST_OPS / "run60/train.jsonl")
                for r in read_records(str(f), kind="train")
                if "qwen3-0.6b" in r["model"] and r["seq_len"] == 4096]
@@ -130,7 +133,7 @@ def test_predict_says_when_a_block_dispatches_more_operators_than_the_measured_o
 
     base = ["predict", "--topology", "h200-x2", "--num-gpus", "1", "--strategy", "ddp", "--micro-batch", "1",
             "--seq-len", "4096"]
-    code, out, _ = cli(base + ["--model", str(ROOT / "benchmarks/configs/qwen3-0.6b.json")], capsys)
+    code, out, _ = cli(base + ["--model", str(ROOT / "tests/data/configs/qwen3-0.6b.json")], capsys)
     assert code == 0 and "host-bound" in out and "81 / 134 aten operators" in out
     assert host_ops.operators_note(load_model("llama3.2-1b"), True, False) is None
-    assert host_ops.operators_note(spec("benchmarks/configs/qwen3-0.6b.json"), True, True) is None  # compiled
+    assert host_ops.operators_note(spec("tests/data/configs/qwen3-0.6b.json"), True, True) is None  # compiled

@@ -1,6 +1,6 @@
 """A vocabulary that is not a multiple of 8 (GPT-2's 50257): the output layer's GEMMs run cuBLAS's slow
 `align1` kernels (step.head_rate), measured alone and in GPT-2's traced step on one H200
-(docs/results/2026-12-03-h200x1/gpt2)."""
+(tests/data/records/2026-12-03-h200x1/gpt2)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from topowise.models.spec import load_model
 from topowise.run import Run
 from topowise.topology import load_topology
 
-GPT2 = Path(__file__).parents[2] / "docs/results/2026-12-03-h200x1/gpt2"
+GPT2 = Path(__file__).parents[2] / "tests/data/records/2026-12-03-h200x1/gpt2"
 TOPO = load_topology("h200-x2")
 DATASHEET = 989e12
 

@@ -21,7 +21,7 @@ from topowise.errors import UsageError
 from topowise.run import STRATEGIES, Run
 from topowise.topology import load_topology
 
-RESULTS = Path(__file__).parents[2] / "docs" / "results" / "2026-12-01-h200x1" / "model-profile"
+RESULTS = Path(__file__).parents[2] / "tests" / "data" / "records" / "2026-12-01-h200x1" / "model-profile"
 P = 100_000_000  # parameters of the hand-made model
 FIG = {"step_s": 0.050, "gpu_s": {"forward": 0.012, "backward": 0.024, "optimizer": 0.004},
        "host_s": {"forward": 0.006, "backward": 0.010, "optimizer": 0.001},
@@ -157,7 +157,7 @@ def test_predict_and_plan_take_the_cpu_profile(cpu_profile, capsys):
 
 
 def test_plan_ranks_a_measured_profile_at_its_micro_batch(capsys):
-    # the ViT profiled on one H200 (docs/results/2026-12-01-h200x1/model-profile), planned for 8 GPUs
+    # the ViT profiled on one H200 (tests/data/records/2026-12-01-h200x1/model-profile), planned for 8 GPUs
     profile = RESULTS / "profile-vit-128.json"
     assert main(["plan", "--model", "examples.models.vit:build", "--model-profile", str(profile),
                  "--topology", "hgx-h200-8", "--seq-len", "1", "--json"]) == 0

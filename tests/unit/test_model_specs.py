@@ -79,8 +79,8 @@ def test_a_preset_has_no_source_and_its_dict_is_unchanged():
 # --- heads wider or narrower than hidden_size / heads; Qwen3's q/k norms; mixture-of-experts refused ---------
 def test_qwen3_config_counts_as_published():
     """Qwen3-0.6B (head_dim 128 from a hidden size of 1024 over 16 heads; q and k norms): transformers'
-    Qwen3ForCausalLM holds 596,049,920 parameters for this config (benchmarks/configs/qwen3-0.6b.json)."""
-    spec = load_model("benchmarks/configs/qwen3-0.6b.json")
+    Qwen3ForCausalLM holds 596,049,920 parameters for this config (tests/data/configs/qwen3-0.6b.json)."""
+    spec = load_model("tests/data/configs/qwen3-0.6b.json")
     assert (spec.head_dim, spec.attention_head_dim, spec.qk_norm) == (128, 128, True)
     assert spec.params == 596_049_920
     assert ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec

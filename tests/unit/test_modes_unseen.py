@@ -1,5 +1,5 @@
 """Compiled and selectively checkpointed runs of configs no such fit held, measured on one H200
-(docs/results/2026-12-02-h200x1/modes) and replayed through the default profile: the accuracy the results
+(tests/data/records/2026-12-02-h200x1/modes) and replayed through the default profile: the accuracy the results
 README states, and the two terms found on them."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from topowise.costmodel.profile import default_profile
 from topowise.measure.records import read_records
 from topowise.topology import load_topology
 
-MODES = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/modes"
+MODES = Path(__file__).parents[2] / "tests/data/records/2026-12-02-h200x1/modes"
 
 
 @pytest.fixture(scope="module")

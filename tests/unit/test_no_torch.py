@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-RESULTS = Path(__file__).parents[2] / "docs" / "results" / "2026-11-30-h200x2" / "run10"
+RESULTS = Path(__file__).parents[2] / "tests" / "data" / "records" / "2026-11-30-h200x2" / "run10"
 HIDE_TORCH = '''
 import sys
 

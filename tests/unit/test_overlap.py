@@ -1,6 +1,6 @@
 """The step's phases as timelines (costmodel/overlap.py): the laying out itself, and DDP's buckets
-against the ready times measured on one H200 (benchmarks/bucket_ready.py, docs/results/2026-12-02-h200x1/
-timelines)."""
+against the ready times measured on one H200 (research/2026-12-02-h200x1/scripts/bucket_ready.py; the records
+frozen in tests/data/records/2026-12-02-h200x1/timelines)."""
 
 import json
 from pathlib import Path
@@ -17,7 +17,7 @@ from topowise.run import Run
 from topowise.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED = ROOT / "docs" / "results" / "2026-12-02-h200x1" / "timelines"
+MEASURED = ROOT / "tests" / "data" / "records" / "2026-12-02-h200x1" / "timelines"
 T = overlap.Transfer
 
 
@@ -76,7 +76,8 @@ def measured_buckets() -> list[dict]:
 
 @pytest.mark.parametrize("record", measured_buckets(), ids=lambda r: f"{Path(r['model']).stem}-{r['seq_len']}")
 def test_ddp_buckets_are_as_measured_and_ready_when_measured(record):
-    model = load_model(str(ROOT / record["model"]) if record["model"].endswith(".json") else record["model"])
+    name = record["model"]  # a preset, or a config by the path it had then: the same file under tests/data/configs
+    model = load_model(str(ROOT / "tests/data/configs" / Path(name).name) if name.endswith(".json") else name)
     profile, topo = default_profile(), load_topology("h200-x2")
     run = Run(model, (0,), "ddp", micro_batch=record["micro_batch"], seq_len=record["seq_len"])
     backward = next(ph for ph in predict(run, topo, profile).time.phases if ph.phase == "backward").gpu_s
@@ -131,7 +132,7 @@ def test_fsdp_backward_regathers_for_zero3_and_ends_with_the_last_reduce_scatter
 
 
 def test_ddp_backward_sends_its_buckets_after_they_are_made():
-    tied, untied = load_model("llama3.2-1b"), load_model(str(ROOT / "benchmarks" / "configs" / "llama-0.95b.json"))
+    tied, untied = load_model("llama3.2-1b"), load_model(str(ROOT / "tests" / "data" / "configs" / "llama-0.95b.json"))
     for model in (tied, untied):
         buckets = overlap.ddp_segments(model, 8192, 0.1, 0.02)[1]
         collectives = [cost("all_reduce", "bucket", 0.05 / (len(buckets) - 1), len(buckets) - 1),

@@ -21,7 +21,7 @@ from topowise.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-RESULTS = ROOT / "docs" / "results" / "2026-11-30-h200x2"
+RESULTS = ROOT / "tests" / "data" / "records" / "2026-11-30-h200x2"
 TOLERANCE_PP = 0.05 + 1e-9  # the README prints one decimal of a percentage: only its rounding is allowed
 
 RUN16 = "`calibrate` (91 s) then `validate` on 21 unseen cases (0.5B-3B, mb 1-2, 2 fabrics), run 16"

@@ -1,6 +1,6 @@
 """`study --measure`: where the measured step goes (bench train --trace's breakdown.json) beside the prediction.
 
-The recorded breakdowns come from one H200 (docs/results/2026-12-01-h200x1/monitor-trace/trace/):
+The recorded breakdowns come from one H200 (tests/data/records/2026-12-01-h200x1/monitor-trace/trace/):
 llama3.2-1b, ddp and zero3, seq 8192, under torch.profiler.
 """
 
@@ -20,7 +20,7 @@ from topowise.report import study as st
 from topowise.report.render import report_blocks, to_html, to_markdown
 from topowise.topology.presets import load_preset
 
-RECORDED = Path(__file__).resolve().parents[2] / "docs/results/2026-12-01-h200x1/monitor-trace/trace"
+RECORDED = Path(__file__).resolve().parents[2] / "tests/data/records/2026-12-01-h200x1/monitor-trace/trace"
 TRACED = ("ddp", "zero3")
 PHASES = ("forward", "backward", "optimizer")
 

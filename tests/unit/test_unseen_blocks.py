@@ -1,4 +1,4 @@
-"""Three Llama-style blocks no calibration or earlier run had, measured on one H200 (docs/results/
+"""Three Llama-style blocks no calibration or earlier run had, measured on one H200 (tests/data/records/
 2026-12-02-h200x1/unseen) and replayed through the default profile: the accuracy the results README states."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from topowise.costmodel.profile import default_profile
 from topowise.measure.records import read_records
 from topowise.topology import load_topology
 
-RUN27 = Path(__file__).parents[2] / "docs/results/2026-12-02-h200x1/unseen/run27/train.jsonl"
+RUN27 = Path(__file__).parents[2] / "tests/data/records/2026-12-02-h200x1/unseen/run27/train.jsonl"
 RUN28 = RUN27.parents[1] / "run28/train.jsonl"  # compiled, and selective checkpointing
 
 
