@@ -21,8 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "accuracy"
-HEADER = ("| cases | hardware | n (GPU-bound + host-bound) | step time error, GPU-bound: mean / max "
-          "| step time error, host-bound: mean / max | peak memory error: mean / max |")
+HEADER = ("| cases | hardware | n (GPU- + host-bound) | step time error, GPU-bound: mean / max "
+          "| step time error, host-bound: mean / max | peak memory error: mean / max "
+          "| groups whose predicted fastest was the fastest (3%) |")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ def pair(errors: dict | None) -> str:
 def table_row(row: Row, s: dict) -> str:
     gpu, host = s["by_bound"].get("gpu") or {}, s["by_bound"].get("host") or {}
     n = f"{s['step_time']['cases']} ({gpu.get('cases', 0)} + {host.get('cases', 0)})"
-    return f"| {row.what} | {row.hardware} | {n} | {pair(gpu)} | {pair(host)} | {pair(s['peak_memory'])} |"
+    ranked = f"{sum(1 for g in s['ranking'] if g['ok'])} of {len(s['ranking'])}"
+    return (f"| {row.what} | {row.hardware} | {n} | {pair(gpu)} | {pair(host)} | {pair(s['peak_memory'])} "
+            f"| {ranked} |")
 
 
 def command(row: Row) -> str:
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands", action="store_true", help="also print each row's command")
     args = parser.parse_args(argv)
     print(HEADER)
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for row in ROWS:
         print(table_row(row, replay(row)))
     if args.commands:
