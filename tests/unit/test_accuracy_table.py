@@ -1,0 +1,44 @@
+"""README.md's accuracy table is what `python benchmarks/accuracy_table.py` prints from the frozen records in
+tests/data/accuracy/: every row's figures (cases, step time and memory errors) are in the README's table.
+The figures are compared, not the wording: a row's first two cells (what, hardware) may be reworded freely."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def figures(line: str) -> tuple[str, ...]:
+    """The numbers of a markdown table row after its first two cells."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    return tuple(NUMBER.findall(" ".join(cells[2:])))
+
+
+def generated_table() -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accuracy_table.py")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("|")]
+    return rows[2:]  # below the header and its rule
+
+
+def test_every_row_gives_cases_step_time_and_memory():
+    rows = generated_table()
+    assert len(rows) == 5, rows
+    for row in rows:
+        n = figures(row)
+        # all cases = GPU-bound + host-bound, then at least one step-time pair and the memory pair
+        assert int(n[0]) == int(n[1]) + int(n[2]) and len(n) >= 9, row
+
+
+def test_readme_holds_the_figures_the_records_give():
+    readme_rows = {figures(line) for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("|")}
+    missing = [row for row in generated_table() if figures(row) not in readme_rows]
+    assert not missing, ("README.md's accuracy table no longer matches `python benchmarks/accuracy_table.py`; "
+                         "paste its output again. Rows whose figures are not in the README:\n" + "\n".join(missing))
