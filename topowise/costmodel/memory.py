@@ -349,9 +349,10 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         # copies autograd saved are alive, and a block being recomputed holds its own again
         recast = recast_blocks(run) * autocast_block_cast_params(model)
         all_copies = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
-        base = at_loss = {"autocast bf16 weight copies": 2 * (autocast_cast_params(model) - recast)}
+        base: dict[str, float] = {"autocast bf16 weight copies": 2 * (autocast_cast_params(model) - recast)}
+        at_loss = base
         out_grad = {"output-layer weight gradient (bf16 + fp32 cast)": 6 * out_weight}
-        block_grad = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
+        block_grad: dict[str, float] = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
         if recast:
             block_grad["recomputed block's bf16 weight copies"] = 2 * autocast_block_cast_params(model)
         end = {"embedding gradient (fp32, dense)": 4 * model.vocab_size * model.hidden_size}
@@ -361,7 +362,7 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
             at_loss = base
             # FSDP2 reshards each unit after its own backward (reshard_after_backward, on unless set off):
             # when the last block computes, only it and the root (whose backward ends the step) are unsharded
-            last = {"unsharded bf16 params (root + the block)": 2 * root + 2 * block}
+            last: dict[str, float] = {"unsharded bf16 params (root + the block)": 2 * root + 2 * block}
         else:
             base = {"unsharded bf16 params (root + 2 blocks)": 2 * root + 2 * 2 * block}
             # the bench hands reshard_after_forward=True to the root too, and FSDP2 then reshards it after
@@ -421,7 +422,7 @@ def breakdown_at_peak(phases: dict, params: float, optimizer: float, gpu_memory_
     if workspace:
         phases = {k: (g, a, lg, {**b, "cuBLAS workspace": workspace}) for k, (g, a, lg, b) in phases.items()}
     totals = {k: params + optimizer + g + a + lg + sum(b.values()) for k, (g, a, lg, b) in phases.items()}
-    phase = max(totals, key=totals.get)
+    phase = max(totals, key=lambda name: totals[name])
     grads_b, acts_b, logits_b, buffers = phases[phase]
     allocated = totals[phase]
     slack = profile.allocator_slack * allocated

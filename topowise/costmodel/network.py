@@ -69,12 +69,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from topowise.costmodel.comm import group_link, nvls_fraction, ring_efficiency
 from topowise.costmodel.encryption import encrypted_gbps, encryption_latency_s
 from topowise.costmodel.profile import OPS, Profile, default_profile
 from topowise.errors import UsageError
 from topowise.run import STRATEGIES, normalize_strategy
+from topowise.topology.cluster import Cluster
 from topowise.topology.model import Wiring
 from topowise.units import busbw_factor
 
@@ -140,11 +142,12 @@ def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
                   intra_link=group_link(topo.node, worst)[1] if len(worst) > 1 else "")
     if len(per) < 2:
         return group
+    assert isinstance(topo, Cluster), "a group across nodes sits on a Cluster"
     profile = profile or default_profile()
     net_us = topo.network.latency_us  # across nodes: a Cluster
     regions = len(topo.regions_spanned(members))
     wan_gbps, wan_lat = math.inf, 0.0
-    if regions > 1:
+    if regions > 1 and topo.wan is not None:  # a Cluster of several regions has a WAN (Cluster.__post_init__)
         wan = topo.wan
         wan_gbps = min(topo.wan_gbps(members),
                        encrypted_gbps(wan.cipher, wan.cores, profile) * topo.wan_gbps(members) / wan.gbps)
@@ -315,7 +318,9 @@ def _wan_s(op, nbytes, group: Group, profile, algorithm: str, time_s: float) -> 
     bus, _ = bus_gbps(op, local, profile)
     options = {a: _best(op, nbytes, local, a, bus) for a in ALGORITHMS}
     usable = [v[0] for a, v in options.items() if v is not None and algorithm in ("auto", a)]
-    without = min(usable) if usable else options["ring"][0]
+    ring = options["ring"]
+    assert ring is not None, "ring runs every collective"
+    without = min(usable) if usable else ring[0]
     return max(0.0, time_s - without)
 
 
@@ -341,7 +346,9 @@ def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all
     bus, _ = bus_gbps(op, group, profile)
 
     def ring_wins(size: float) -> bool:
-        return _best(op, size, group, "ring", bus)[0] <= _best(op, size, group, "tree", bus)[0]
+        ring, tree = _best(op, size, group, "ring", bus), _best(op, size, group, "tree", bus)
+        assert ring is not None and tree is not None, f"ring and tree both run {op}"
+        return ring[0] <= tree[0]
 
     if ring_wins(lo):
         return lo
@@ -392,13 +399,13 @@ def step_collectives(strategy: str, params: int, shard_group: int | None = None,
     spec = STRATEGIES[normalize_strategy(strategy)]
     if spec.autocast:  # DDP's family: the gradient all-reduce; zero1 also gathers the updated partitions
         return [("all_reduce", 4 * p, "all")] + ([("all_gather", 4 * p, "all")] if spec.sharded else [])
-    if spec.replicated and not shard_group:
-        raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
     group = "shard" if spec.replicated else "all"
     rows = [("reduce_scatter", 4 * p, group), ("all_gather", 2 * p, group)]
     if spec.reshard_after_forward:
         rows.append(("all_gather", 2 * p, group))
     if spec.replicated:
+        if not shard_group:
+            raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
         rows.append(("all_reduce", 4 * p / shard_group, "replica"))
     return rows
 
@@ -419,7 +426,7 @@ def network_traffic(strategy: str, params: int, gpus, topo: Wiring, *, shard_gro
     if strategy == "hpz" or STRATEGIES[normalize_strategy(strategy)].replicated:
         shard_group = shard_group or min(topo.gpus_per_node, len(members))  # default: a shard group per node
     groups = strategy_groups(members, shard_group or len(members))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for op, nbytes, which in step_collectives(strategy, params, shard_group, engine):
         group = describe_group(groups[which], topo)
         per_gpu = network_bytes_per_gpu(op, nbytes, group)

@@ -238,7 +238,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     local_params = model.params / run.shard_size
     loss_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size
-    fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
+    fwd_bytes: float = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
     if autocast:
         fwd_bytes += AUTOCAST_FORWARD_BYTES_PER_PARAM * model.params
         recast = recast_blocks(run) * autocast_block_cast_params(model)
