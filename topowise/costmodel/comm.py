@@ -10,7 +10,7 @@ Alpha-beta per collective (busbw factors: nccl-tests doc/PERFORMANCE.md; docs/so
 
 line_GBps is the group's bottleneck (`Topology.bottleneck_gbps`): the slowest link of the best ring,
 or a GPU's switch port on NVSwitch. achieved_fraction and latency come from the Profile (defaults
-from the 2x H200 nccl-tests rows; see profile.py). Latency is taken as flat in n (measured at n=2).
+from the 2x H200 nccl-tests rows; default_profile.json). Latency is taken as flat in n (measured at n=2).
 
 On an NVSwitch board, groups of more than two GPUs (`group_link` says which groups sit there):
 - a ring's achieved fraction moves with n: 1 x the profile's at n=2 and `nvswitch_ring_scale[op]` x

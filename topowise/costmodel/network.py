@@ -8,9 +8,6 @@ chunks through both tiers at once, so a collective runs at the slower tier's bus
                    network: k x per-GPU NIC share x NET efficiency (profile, default 1: the NIC
                    rates in hardware.NIC_GBPS are already measured busbw))
 
-(DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 NICs x 24 GB/s: NVIDIA/nccl issue 1576;
-docs/sources.md.)
-
 Time follows NCCL's tuner, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in src/graph/tuning.cc
 (NCCL 2.20.3; quoted as "tuning.cc" below), in microseconds and GB/s:
 
@@ -22,14 +19,8 @@ Time follows NCCL's tuner, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in src/
            latency = base + 2 ((n/N - 1) x intra_lat + log2(N) x net_lat)
            algbw = 0.5 x 0.92 x bus x correction(size)       (logarithmic latency)
 
-Both algorithms move about the same bytes (a double binary tree keeps full bandwidth: Jeaugey,
-"Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA blog, 2019), so tree's
-algorithm bandwidth is 0.92 x 0.5 / (n / 2(n-1)) ~ 0.92 of ring's on many ranks, less at medium
-sizes (NCCL's own correction factors). What differs is latency: ring's grows with 2(n-1) steps,
-tree's with 2 log2 N network hops. Tree therefore wins small messages on many nodes and ring wins
-large ones; `crossover_bytes` finds the size where they meet. Each algorithm takes the faster of
-two protocols, LL (8-byte flags: low latency, a quarter of the bandwidth, capped) and Simple
-(LL128, in between, is left out).
+Each algorithm takes the faster of two protocols, LL and Simple (docs/costmodel.md, section 3, says why tree
+wins small messages and ring large ones).
 
 NVLS-Tree (NCCL >= 2.18, on by default where NVLS is: HGX H100/H200/B200 boards) reduces inside each
 node through the NVSwitch (NVLink SHARP, comm.py) and runs a tree of the nodes across the network:
@@ -37,11 +28,7 @@ node through the NVSwitch (NVLink SHARP, comm.py) and runs a tree of the nodes a
     nvlstree (all_reduce, Simple): latency = 25 + 2 log2(N) x 20.9 us   (tuning.cc of NCCL 2.30)
            bus = min(in-node NVLS bus over k GPUs, network x (2 on 2 nodes), WAN),  algbw = bus x n / 2(n-1)
 
-Left out: CollNet (InfiniBand SHARP in the switches), which NCCL uses only with NCCL_COLLNET_ENABLE=1
-and the SHARP plugin (off by default); NCCL's per-channel caps (perChMaxNVLSTreeBw among them), the
-chunk-size pipeline start-up. A fabric that is not rail-optimized
-changes nothing here: NCCL keeps each ring channel on one NIC index, and crossing the spine costs
-no bandwidth in a non-blocking fat tree (oversubscription, which would, is not modelled).
+Left out: CollNet, NCCL's per-channel caps, the chunk-size pipeline start-up, oversubscription (docs/costmodel.md).
 
 Distance, transport and regions (docs/networks.md) add to that model, and add nothing on a cluster
 that uses none of them (one rack, an RDMA fabric, one region):
