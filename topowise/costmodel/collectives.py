@@ -40,6 +40,7 @@ from topowise.costmodel.comm import (
 )
 from topowise.costmodel.profile import Profile
 from topowise.run import Run
+from topowise.topology.cluster import Cluster
 from topowise.topology.model import Wiring
 
 
@@ -129,7 +130,7 @@ def wan_seconds(run: Run, topology: Wiring, profile: Profile) -> float:
     """Seconds of a step's collectives (hidden or not) that the WAN between regions costs: their time on
     `topology` less their time with the same nodes in one region (0 without a WAN). The shard groups
     of a placed run are kept, so HSDP with a shard group per region pays only its replica all-reduce."""
-    if getattr(topology, "wan", None) is None:
+    if not isinstance(topology, Cluster) or topology.wan is None:
         return 0.0
     here = sum(c.time_s for c in strategy_collectives(run, topology, profile))
     local = sum(c.time_s for c in strategy_collectives(run, topology.one_region(), profile))

@@ -10,7 +10,7 @@ Alpha-beta per collective (busbw factors: nccl-tests doc/PERFORMANCE.md; docs/so
 
 line_GBps is the group's bottleneck (`Topology.bottleneck_gbps`): the slowest link of the best ring,
 or a GPU's switch port on NVSwitch. achieved_fraction and latency come from the Profile (defaults
-from the 2x H200 nccl-tests rows; see profile.py). Latency is taken as flat in n (measured at n=2).
+from the 2x H200 nccl-tests rows; default_profile.json). Latency is taken as flat in n (measured at n=2).
 
 On an NVSwitch board, groups of more than two GPUs (`group_link` says which groups sit there):
 - a ring's achieved fraction moves with n: 1 x the profile's at n=2 and `nvswitch_ring_scale[op]` x
@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
+from topowise import hardware
 from topowise.costmodel.flops import FLASH_BACKWARD_SHARE, attention_flops_per_token
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec
@@ -48,6 +51,18 @@ BACKWARD = "backward"  # behind backward compute
 BACKWARD_LAST = "backward-last"  # after the last gradient: exposed
 AFTER_STEP = "after-step"  # after the optimizer step: exposed
 EXPOSED_PHASES = (FORWARD_FIRST, BACKWARD_LAST, AFTER_STEP)
+
+
+class Links(Protocol):
+    """What group_link reads of a topology: a node's Topology or a Cluster (read-only, as both are)."""
+
+    @property
+    def nvswitch(self) -> bool: ...
+    @property
+    def gpu_spec(self) -> hardware.GpuSpec: ...
+    def bottleneck_gbps(self, gpus: Iterable[int]) -> float: ...
+    def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]: ...
+    def island_of(self, gpu: int) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -98,7 +113,7 @@ class LinkClass(str):
         return obj
 
 
-def group_link(topo: Wiring, gpus) -> tuple[float, str]:
+def group_link(topo: Links, gpus) -> tuple[float, str]:
     """(bottleneck line rate GB/s, link class "NV" or "PCIe") of a collective over `gpus`; an "NV"
     class says whether the group sits on an NVSwitch and whether that switch has NVLink SHARP."""
     members = sorted(set(gpus))

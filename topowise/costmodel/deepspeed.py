@@ -211,7 +211,9 @@ def deepspeed_memory(model, strategy: str, n: int, *, micro_batch: int, seq_len:
     block_temp = tokens * block_backward_temp_bytes_per_token(model)
 
     optimizer = 12 * P / n  # fp32 master + m + v of the partition
-    loss_base = step_base = None  # what is there besides in the loss's backward and the step, where not `base`
+    # what is there besides in the loss's backward and the step, where not `base`
+    loss_base: dict[str, float] | None = None
+    step_base: dict[str, float] | None = None
     if strategy in ("zero3", "hsdp"):
         params = 2 * P / n + 2 * persistent_params(model)
         if strategy == "hsdp" and shard_group_size and shard_group_size < n:

@@ -20,12 +20,7 @@ FSDP2's bf16). Autocast's casts of the weights (and of their gradients back) are
     SiLU 4 I, product 6 I            10 I             product backward 12 I, SiLU backward 6 I
     q/k norms (Qwen3)                measured alone (`qk_norm_bytes`, below)
 
-Qwen3's q/k norms normalise rows of head_dim (128) values, 24 of them per token for Qwen3-0.6B, where a block's
-norms take one row of hidden_size: their kernels are slow per byte (the fused norm's weight-gradient reduction
-over the rows runs at a tenth of the HBM rate), and under autocast F.rms_norm of a bf16 input with an fp32
-weight is not the fused kernel at all but PyTorch's composite (to fp32, pow, mean, rsqrt, two products, to bf16:
-nine aten ops forward, nineteen backward; read op by op on one H200, docs/results/2026-12-03-h200x1/qk-norm/run47,
-norm_probe.txt). So they are priced at what they took alone, as bytes at the HBM datasheet rate.
+Qwen3's q/k norms are priced at what they took alone (qk_norm_bytes): their kernels are slow per byte.
 
 GPT-2's block: LayerNorm x2 (2 r h forward, 5 r h backward, each), the autocast casts of c_attn's and c_fc's
 inputs (6 h each, and back), q/k/v as views of c_attn's output (no copy), GELU (4 I forward, 6 I backward),
@@ -75,15 +70,8 @@ def block_elementwise_bytes(model: ModelSpec, autocast: bool, compiled: bool = F
     return float(forward), float(backward)
 
 
-# Qwen3's q/k norms, forward and backward, per element of q and k, as bytes at the HBM datasheet rate:
-# F.rms_norm over each head of a slice of a bf16 qkv output (4 x 4096 tokens x 16 heads x 128), timed alone on one
-# H200 (docs/results/2026-12-03-h200x1/qk-norm/run47, norm_probe.txt; 10 calls after 3): 1.975 ms under autocast
-# (fp32 weight: the composite path), 0.785 ms in bf16 (the fused kernel), less the slice's backward the probe also
-# ran (a zeroed gradient of the whole qkv output and the copy into it, 8 bytes per element, ~0.08 ms) = 271 and
-# 101 bytes at 4.8 TB/s per element. Forward and backward shares as their aten ops' bytes: 40 : 88 and 4 : 10.
-# Timed in place instead (qk-norm/run48, norm_probe2.txt: qkv split, norms, rotary, with against without) they
-# add 255-258 and 73-100 bytes: without them rotary upcasts q and k from strided views of qkv's output, a slower
-# kernel than from the norms' contiguous output, which the count prices at one rate either way; so the norms alone.
+# Qwen3's q/k norms per element of q and k, as bytes at the HBM datasheet rate, and their forward's share: timed
+# alone on one H200 (docs/results/2026-12-03-h200x1/qk-norm/run47, norm_probe.txt)
 QK_NORM_PEAK_BYTES = {True: (271.0, 40 / 128), False: (101.0, 4 / 14)}  # autocast -> (bytes, forward share)
 
 

@@ -1,31 +1,13 @@
 """The block matmuls' rate by shape: how much of a GEMM's best rate its output tiles and its reduction length let it
-reach.
+reach (docs/costmodel.md, "The GEMM rate by shape"):
 
-A cuBLAS GEMM cuts its output (rows x columns) into 128 x 128 tiles and runs them in waves over the GPU's SMs; a
-last wave that fills part of the SMs idles the rest, and each tile pays a fixed start and end against its K / 64
-steps of reduction. So a GEMM reaches
+    share(forward, input gradient) = rows x cols / TILE^2 / (SMs x waves) x K / (K + K0)
+    share(weight gradient)         = WEIGHT_GRAD_SHARE x tiles / (tiles + T1)      (cuBLAS splits K over the tokens)
+    time of a pass                 = 2 tokens x out x in / (rate x share ^ POWER_LIMIT_EXPONENT)
 
-    share = tiles / (SMs x waves) x K / (K + K0)
-
-of the rate of one that fills every wave and reduces forever (Profile.compute_efficiency is that rate, as a
-fraction of the datasheet peak). The three passes of a Linear y = x W^T (x: tokens x in, W: out x in) are the
-forward (tokens x out, K = in), the input gradient (tokens x in, K = out) and the weight gradient (out x in,
-K = tokens). The weight gradient's output is the weight, often under two waves of tiles, and there cuBLAS splits
-its long reduction over the tokens instead (split-K); it reaches WEIGHT_GRAD_SHARE x tiles / (tiles + T1).
-
-Measured on one H200, each block GEMM of six models timed alone per pass at 8192-32768 tokens
-(benchmarks/kernel_rates.py --blocks, docs/results/2026-12-02-h200x1/kernels/run16) and fitted by
-`benchmarks/gemm_tiles.py`: the forward and input-gradient GEMMs 2.7% rms (one rate for all: 7.3%), the weight
-gradients 4.7% (6.9%); docs/calibration.md, "The GEMM rate by shape". Tile and SM count are the GPU's
-(hardware.GpuSpec.sms); a GPU whose SM count is not known runs every GEMM at compute_efficiency.
-
-Those shares are what a GEMM reaches alone, in a burst, at the full SM clock. A training step holds the GPU at its
-power limit, where a GEMM that keeps more of the SMs busy draws more and is clocked down more: held for seconds at
-700 W, six GEMMs ran at 0.748 x (their burst rate, of the peak) ^ 0.49 (docs/results/2026-12-03-h200x1/gemm-shape/
-run52, gemm_clock.py). So in a step a GEMM runs at compute_efficiency x share ^
-POWER_LIMIT_EXPONENT: in six traced steps (576-2048 wide) the GEMM kernels' time asks for the same
-compute_efficiency within 0.9% with this exponent, where the shares taken whole ask for 0.823-0.905 and one rate
-for all for 0.714-0.778 (gemm-shape/run53, run54).
+A Linear y = x W^T (x: tokens x in, W: out x in) runs the forward (tokens x out, K = in), the input gradient
+(tokens x in, K = out) and the weight gradient (out x in, K = tokens); `rate` is peak x Profile.compute_efficiency,
+the rate of a GEMM that fills every wave of its tiles. A GPU whose SM count is not known runs every GEMM at `rate`.
 """
 
 from __future__ import annotations
@@ -35,6 +17,8 @@ import math
 from topowise.models.spec import ModelSpec
 
 TILE = 128  # cuBLAS's output tile for large bf16 GEMMs on Hopper
+# the fit of benchmarks/gemm_tiles.py to each block GEMM of six models timed alone on one H200
+# (docs/results/2026-12-02-h200x1/kernels/run16):
 BEST_ALONE = 0.865  # the fit's best rate timed alone, of the datasheet peak (a step's is Profile.compute_efficiency)
 K0 = 184  # reduction length at which a tile's fixed cost halves its rate
 T1 = 12  # the weight gradient's split form: tiles at which it reaches half its rate (E_w 0.810)

@@ -1,28 +1,17 @@
-"""Memory per GPU: model states as each strategy shards them, plus what estimators forget.
+"""Memory per GPU: model states as each strategy shards them, the activations, and the moment they peak
+(docs/costmodel.md, section 5, has the derivation and the measurements):
 
-How PyTorch holds the training state (the bench builds exactly this):
-- ddp / zero1: fp32 parameters; torch.autocast(bf16) casts each matmul weight to a bf16 copy in
-  forward (kept alive by autograd until that matmul's backward); fp32 gradients, which with
-  DDP(gradient_as_bucket_view=True) ARE the 25 MB all-reduce buckets (no extra copy; with False the
-  buckets would add another 4 bytes per parameter); AdamW's exp_avg and exp_avg_sq in fp32.
-  zero1 (ZeroRedundancyOptimizer) keeps only this rank's share of exp_avg and exp_avg_sq.
-- zero2 / zero3 (FSDP2 fully_shard, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)):
-  fp32 sharded parameters, fp32 sharded gradients (created by the reduce-scatter, freed by
-  zero_grad(set_to_none=True)), fp32 sharded AdamW states. Unsharded bf16 parameters live while
-  a unit computes: zero2 (reshard_after_forward=False) keeps every unit unsharded from its forward
-  to its own backward (FSDP2 reshards each unit after its backward); zero3 (reshard_after_forward=True,
-  handed to the root as well, so FSDP2 reshards the root after forward too) holds no unit at the loss's
-  backward, then the root and two blocks (the one computing and the one prefetched). In backward a
-  unit's bf16 unsharded gradient is cast to an fp32 reduce-scatter input.
-- hsdp: as zero3 with the shard group in place of the world.
+    peak_bytes = allocated x (1 + allocator_slack) + cuda_context_bytes + first steps' extra (DDP: 4P on step 2)
+    allocated  = max over moments of (params + optimizer + grads + activations + logits + buffers + cuBLAS workspace)
+    fits       = peak_bytes <= GPU memory x (1 - memory_headroom)
 
-AdamW is fused (one kernel, no temporaries). The peak is the largest of the moments (`phases`),
-each a sum of what is alive then: loss backward (all saved activations + the logits buffers),
-output-layer backward, the first block's backward (with checkpointing: what one block recomputes),
-with FSDP2 the last block's (its gradients have grown as the activations shrank), and the end of
-backward (all gradients, the embedding's gradient or FSDP2's root reduce-scatter). What the allocator
-reports (torch.cuda.max_memory_allocated) is `allocated_bytes`, cuBLAS's workspace in it (PyTorch allocates
-it through the caching allocator); peak_bytes adds allocator slack and the CUDA context (what nvidia-smi shows).
+    P parameters, n the shard group     params   grads               AdamW m, v   besides
+    ddp                                 fp32 4P  fp32 4P (= buckets)  8P           autocast's bf16 weight copies
+    zero1 (ZeroRedundancyOptimizer)     4P       4P                   8P/n         as ddp
+    zero2, zero3, hsdp (FSDP2)          4P/n     4P/n (in backward)   8P/n         the bf16 units being computed
+
+Moments (`phases`): the loss's backward, the output layer's, the first block's, with FSDP2 the last block's, and
+the end of the backward.
 """
 
 from __future__ import annotations
@@ -310,10 +299,8 @@ class MemoryBreakdown:
     allocator_slack_bytes: int = 0
     peak_phase: str = ""
     buffers: dict = field(default_factory=dict)  # name -> bytes, the parts of buffers_bytes
-    # DDP rebuilds its gradient buckets after the first iteration; on step 2 the old and the new
-    # buckets are both allocated: one more fp32 gradient copy (4 bytes per parameter) on top of the
-    # steady peak. Measured on 2x H200: +4.60 GiB for llama3.2-1b on step 2 only, ddp on both fabrics
-    # and zero1 over NVLink (docs/results/2026-11-30-h200x2/run2/train.jsonl, step_peak_memory_bytes).
+    # DDP's bucket rebuild after step 1: old and new buckets alive on step 2, one more fp32 gradient copy
+    # (+4.60 GiB for llama3.2-1b on 2x H200: docs/results/2026-11-30-h200x2/run2/train.jsonl)
     first_steps_extra_bytes: int = 0  # counted in peak_bytes, not in allocated_bytes (the steady step)
 
     def to_dict(self) -> dict:
@@ -349,9 +336,10 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         # copies autograd saved are alive, and a block being recomputed holds its own again
         recast = recast_blocks(run) * autocast_block_cast_params(model)
         all_copies = {"autocast bf16 weight copies": 2 * autocast_cast_params(model)}
-        base = at_loss = {"autocast bf16 weight copies": 2 * (autocast_cast_params(model) - recast)}
+        base: dict[str, float] = {"autocast bf16 weight copies": 2 * (autocast_cast_params(model) - recast)}
+        at_loss = base
         out_grad = {"output-layer weight gradient (bf16 + fp32 cast)": 6 * out_weight}
-        block_grad = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
+        block_grad: dict[str, float] = {"block weight gradient (bf16 + fp32 cast)": 6 * max(block_tensors(model))}
         if recast:
             block_grad["recomputed block's bf16 weight copies"] = 2 * autocast_block_cast_params(model)
         end = {"embedding gradient (fp32, dense)": 4 * model.vocab_size * model.hidden_size}
@@ -361,7 +349,7 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
             at_loss = base
             # FSDP2 reshards each unit after its own backward (reshard_after_backward, on unless set off):
             # when the last block computes, only it and the root (whose backward ends the step) are unsharded
-            last = {"unsharded bf16 params (root + the block)": 2 * root + 2 * block}
+            last: dict[str, float] = {"unsharded bf16 params (root + the block)": 2 * root + 2 * block}
         else:
             base = {"unsharded bf16 params (root + 2 blocks)": 2 * root + 2 * 2 * block}
             # the bench hands reshard_after_forward=True to the root too, and FSDP2 then reshards it after
@@ -376,8 +364,8 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
         # before reducing, and frees its bf16 gradient as soon as it is copied into the fp32 reduce-scatter
         # input (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward,
         # _fsdp_collectives.py foreach_reduce): first the bf16 gradient and the input, then the input and
-        # the output, which is the root's sharded gradient. On one H200 the model that kept both params and
-        # gradient beside the input was 48-98% of 4 x root over in all 13 runs whose peak this is.
+        # the output, which is the root's sharded gradient (docs/calibration.md, "The root unit at the end of
+        # the backward").
         copy_in = {"root unsharded bf16 gradient": 2 * root, "root fp32 reduce-scatter input": 4 * root}
         end = {"root fp32 reduce-scatter input": 4 * root}
 
@@ -421,7 +409,7 @@ def breakdown_at_peak(phases: dict, params: float, optimizer: float, gpu_memory_
     if workspace:
         phases = {k: (g, a, lg, {**b, "cuBLAS workspace": workspace}) for k, (g, a, lg, b) in phases.items()}
     totals = {k: params + optimizer + g + a + lg + sum(b.values()) for k, (g, a, lg, b) in phases.items()}
-    phase = max(totals, key=totals.get)
+    phase = max(totals, key=lambda name: totals[name])
     grads_b, acts_b, logits_b, buffers = phases[phase]
     allocated = totals[phase]
     slack = profile.allocator_slack * allocated

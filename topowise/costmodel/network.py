@@ -8,9 +8,6 @@ chunks through both tiers at once, so a collective runs at the slower tier's bus
                    network: k x per-GPU NIC share x NET efficiency (profile, default 1: the NIC
                    rates in hardware.NIC_GBPS are already measured busbw))
 
-(DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 NICs x 24 GB/s: NVIDIA/nccl issue 1576;
-docs/sources.md.)
-
 Time follows NCCL's tuner, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in src/graph/tuning.cc
 (NCCL 2.20.3; quoted as "tuning.cc" below), in microseconds and GB/s:
 
@@ -22,14 +19,8 @@ Time follows NCCL's tuner, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime` in src/
            latency = base + 2 ((n/N - 1) x intra_lat + log2(N) x net_lat)
            algbw = 0.5 x 0.92 x bus x correction(size)       (logarithmic latency)
 
-Both algorithms move about the same bytes (a double binary tree keeps full bandwidth: Jeaugey,
-"Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA blog, 2019), so tree's
-algorithm bandwidth is 0.92 x 0.5 / (n / 2(n-1)) ~ 0.92 of ring's on many ranks, less at medium
-sizes (NCCL's own correction factors). What differs is latency: ring's grows with 2(n-1) steps,
-tree's with 2 log2 N network hops. Tree therefore wins small messages on many nodes and ring wins
-large ones; `crossover_bytes` finds the size where they meet. Each algorithm takes the faster of
-two protocols, LL (8-byte flags: low latency, a quarter of the bandwidth, capped) and Simple
-(LL128, in between, is left out).
+Each algorithm takes the faster of two protocols, LL and Simple (docs/costmodel.md, section 3, says why tree
+wins small messages and ring large ones).
 
 NVLS-Tree (NCCL >= 2.18, on by default where NVLS is: HGX H100/H200/B200 boards) reduces inside each
 node through the NVSwitch (NVLink SHARP, comm.py) and runs a tree of the nodes across the network:
@@ -37,11 +28,7 @@ node through the NVSwitch (NVLink SHARP, comm.py) and runs a tree of the nodes a
     nvlstree (all_reduce, Simple): latency = 25 + 2 log2(N) x 20.9 us   (tuning.cc of NCCL 2.30)
            bus = min(in-node NVLS bus over k GPUs, network x (2 on 2 nodes), WAN),  algbw = bus x n / 2(n-1)
 
-Left out: CollNet (InfiniBand SHARP in the switches), which NCCL uses only with NCCL_COLLNET_ENABLE=1
-and the SHARP plugin (off by default); NCCL's per-channel caps (perChMaxNVLSTreeBw among them), the
-chunk-size pipeline start-up. A fabric that is not rail-optimized
-changes nothing here: NCCL keeps each ring channel on one NIC index, and crossing the spine costs
-no bandwidth in a non-blocking fat tree (oversubscription, which would, is not modelled).
+Left out: CollNet, NCCL's per-channel caps, the chunk-size pipeline start-up, oversubscription (docs/costmodel.md).
 
 Distance, transport and regions (docs/networks.md) add to that model, and add nothing on a cluster
 that uses none of them (one rack, an RDMA fabric, one region):
@@ -69,12 +56,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from topowise.costmodel.comm import group_link, nvls_fraction, ring_efficiency
 from topowise.costmodel.encryption import encrypted_gbps, encryption_latency_s
 from topowise.costmodel.profile import OPS, Profile, default_profile
 from topowise.errors import UsageError
 from topowise.run import STRATEGIES, normalize_strategy
+from topowise.topology.cluster import Cluster
 from topowise.topology.model import Wiring
 from topowise.units import busbw_factor
 
@@ -140,11 +129,12 @@ def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
                   intra_link=group_link(topo.node, worst)[1] if len(worst) > 1 else "")
     if len(per) < 2:
         return group
+    assert isinstance(topo, Cluster), "a group across nodes sits on a Cluster"
     profile = profile or default_profile()
     net_us = topo.network.latency_us  # across nodes: a Cluster
     regions = len(topo.regions_spanned(members))
     wan_gbps, wan_lat = math.inf, 0.0
-    if regions > 1:
+    if regions > 1 and topo.wan is not None:  # a Cluster of several regions has a WAN (Cluster.__post_init__)
         wan = topo.wan
         wan_gbps = min(topo.wan_gbps(members),
                        encrypted_gbps(wan.cipher, wan.cores, profile) * topo.wan_gbps(members) / wan.gbps)
@@ -315,7 +305,9 @@ def _wan_s(op, nbytes, group: Group, profile, algorithm: str, time_s: float) -> 
     bus, _ = bus_gbps(op, local, profile)
     options = {a: _best(op, nbytes, local, a, bus) for a in ALGORITHMS}
     usable = [v[0] for a, v in options.items() if v is not None and algorithm in ("auto", a)]
-    without = min(usable) if usable else options["ring"][0]
+    ring = options["ring"]
+    assert ring is not None, "ring runs every collective"
+    without = min(usable) if usable else ring[0]
     return max(0.0, time_s - without)
 
 
@@ -341,7 +333,9 @@ def crossover_bytes(group: Group, profile: Profile | None = None, op: str = "all
     bus, _ = bus_gbps(op, group, profile)
 
     def ring_wins(size: float) -> bool:
-        return _best(op, size, group, "ring", bus)[0] <= _best(op, size, group, "tree", bus)[0]
+        ring, tree = _best(op, size, group, "ring", bus), _best(op, size, group, "tree", bus)
+        assert ring is not None and tree is not None, f"ring and tree both run {op}"
+        return ring[0] <= tree[0]
 
     if ring_wins(lo):
         return lo
@@ -392,13 +386,13 @@ def step_collectives(strategy: str, params: int, shard_group: int | None = None,
     spec = STRATEGIES[normalize_strategy(strategy)]
     if spec.autocast:  # DDP's family: the gradient all-reduce; zero1 also gathers the updated partitions
         return [("all_reduce", 4 * p, "all")] + ([("all_gather", 4 * p, "all")] if spec.sharded else [])
-    if spec.replicated and not shard_group:
-        raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
     group = "shard" if spec.replicated else "all"
     rows = [("reduce_scatter", 4 * p, group), ("all_gather", 2 * p, group)]
     if spec.reshard_after_forward:
         rows.append(("all_gather", 2 * p, group))
     if spec.replicated:
+        if not shard_group:
+            raise UsageError("hsdp needs a shard group size (GPUs per shard group, e.g. the GPUs of one node)")
         rows.append(("all_reduce", 4 * p / shard_group, "replica"))
     return rows
 
@@ -419,7 +413,7 @@ def network_traffic(strategy: str, params: int, gpus, topo: Wiring, *, shard_gro
     if strategy == "hpz" or STRATEGIES[normalize_strategy(strategy)].replicated:
         shard_group = shard_group or min(topo.gpus_per_node, len(members))  # default: a shard group per node
     groups = strategy_groups(members, shard_group or len(members))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for op, nbytes, which in step_collectives(strategy, params, shard_group, engine):
         group = describe_group(groups[which], topo)
         per_gpu = network_bytes_per_gpu(op, nbytes, group)

@@ -57,9 +57,10 @@ def gpu_inventory(nvml=None) -> tuple[str, int, str] | None:
     """(GPU name, count, driver version) from NVML, or None without NVML or GPUs (quickly)."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
         except ImportError:
             return None
+        nvml = pynvml
     error = getattr(nvml, "NVMLError", Exception)
     try:
         nvml.nvmlInit()

@@ -145,7 +145,8 @@ def ddp_collectives(run: Run, topology, profile: Profile) -> tuple:
     """DDP's buckets (bucket_cap_mb=25, first 1 MiB) over the model's real parameter tensors in the order
     backward finishes them (the reverse of registration), all-reduced in fp32; zero1's broadcasts after."""
     group = tuple(sorted(run.gpus))
-    buckets = [b for b, _ in comm_mod.fill_ddp_buckets(reversed(run.model.tensors))]
+    tensors = callable_model(run).tensors
+    buckets = [b for b, _ in comm_mod.fill_ddp_buckets(reversed(tensors))]
     out = []
     if len(buckets) > 1:
         rest = buckets[:-1]
@@ -153,7 +154,7 @@ def ddp_collectives(run: Run, topology, profile: Profile) -> tuple:
                               comm_mod.BACKWARD, profile))
     out.append(collective("all_reduce", buckets[-1], "fp32", group, topology, 1, comm_mod.BACKWARD_LAST, profile))
     if run.spec.sharded:
-        n = len(run.model.tensors)
+        n = len(tensors)
         out.append(collective("broadcast", 4 * run.model.params / n, "fp32", group, topology, n,
                               comm_mod.AFTER_STEP, profile))
     return tuple(c for c in out if c.group_size > 1)
@@ -162,7 +163,7 @@ def ddp_collectives(run: Run, topology, profile: Profile) -> tuple:
 def predict_profiled(run: Run, topology, profile: Profile) -> Prediction:
     """Step time and memory per GPU of a placed run whose model carries a ModelProfile (see the module
     docstring); `topology` carries the links the run uses."""
-    mp: ModelProfile = run.model.model_profile
+    mp = model_profile_of(run)
     if run.micro_batch != mp.micro_batch:
         raise UsageError(f"{mp.path} was profiled at micro-batch {mp.micro_batch}, not {run.micro_batch}: give "
                          f"--micro-batch {mp.micro_batch}, or profile again with --micro-batch {run.micro_batch}")
@@ -249,12 +250,14 @@ def profiled_memory(run: Run, fig: dict, blocks: list, topology, profile: Profil
     params = run.model.params
     one, here = pytorch_state_bytes(params, run.spec, 1), pytorch_state_bytes(params, run.spec, run.shard_size)
     saved = sum(one.values()) - sum(here.values())
-    measured = fig.get("peak_allocated_bytes")
-    first = fig.get("first_steps_peak_bytes") or measured
+    peak = fig.get("peak_allocated_bytes")
     acts = float(fig.get("activation_bytes") or 0.0)
-    if measured is None:  # a CPU profile: no allocator figures; the states and the forward's allocations
+    if peak is None:  # a CPU profile: no allocator figures; the states and the forward's allocations
         measured = sum(one.values()) + acts
         first = measured
+    else:
+        measured = peak
+        first = fig.get("first_steps_peak_bytes") or measured
     shares = recompute_shares(run, len(blocks))
     if any(shares):  # a recomputed block keeps its input, and is whole again during its own backward
         freed = [s * max((b.get("activation_bytes") or 0) - (b.get("input_bytes") or 0), 0)
@@ -268,6 +271,24 @@ def profiled_memory(run: Run, fig: dict, blocks: list, topology, profile: Profil
     return breakdown_at_peak(phases, here["params"], here["optimizer"],
                              topology.gpus[0].memory_bytes or topology.gpu_spec.memory_bytes, profile,
                              first_steps_extra=max(first - measured, 0.0))
+
+
+def callable_model(run: Run) -> CallableSpec:
+    """The run's `module:function` model (a Run's model field holds one in a ModelSpec's place)."""
+    model: object = run.model
+    if not isinstance(model, CallableSpec):
+        raise UsageError(f"--model {run.model.name} is a transformer preset, predicted by its formula, not from a "
+                         "model profile")
+    return model
+
+
+def model_profile_of(run: Run) -> ModelProfile:
+    """The model profile a `module:function` model was read with (require_profile says how to make one)."""
+    mp = getattr(run.model, "model_profile", None)
+    if not isinstance(mp, ModelProfile):
+        require_profile(run)
+        raise UsageError(f"--model {run.model.name}: its model profile is not one `topowise profile` wrote")
+    return mp
 
 
 def require_profile(run: Run) -> Run:

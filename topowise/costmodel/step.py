@@ -1,66 +1,21 @@
-"""Step time and memory of one run under PyTorch (DDP, ZeroRedundancyOptimizer, FSDP2).
+"""Step time and memory of one run under PyTorch (DDP, ZeroRedundancyOptimizer, FSDP2). Each phase takes the
+longer of the GPU's work and the host's time to issue it (docs/costmodel.md has each term's derivation):
 
-    step_time = compute + memory-bound work + optimizer step + exposed communication
+    step         = max(host_fwd, gpu_fwd) + max(host_bwd, gpu_bwd) + max(host_opt, gpu_opt)
+    gpu_fwd      = matmul_fwd + attention_fwd + bytes_fwd / hbm + exposed_fwd
+    gpu_bwd      = matmul_bwd + attention_bwd + recompute + bytes_bwd / hbm + exposed_bwd
+    gpu_opt      = ADAMW_FUSED_BYTES_PER_PARAM x params / shard group / hbm + after-step collectives
+    host_p       = (host_s_per_layer[strategy/p] + block_host_s) x blocks + checkpointing_host_s
 
-- compute: the matmuls' hardware FLOPs per token (flops.py, 6 N) x tokens per GPU at datasheet bf16 peak x
-  Profile.compute_efficiency, each block Linear's forward, input gradient and weight gradient at that rate x the
-  share its shape reaches alone ^ 0.49 (gemm.py: output tiles in waves over the SMs, the reduction's length, split-K
-  for small weights; the exponent is the power limit's, which clocks down most the GEMMs that fill the GPU most;
-  every matmul at the one rate for a profile of gemm_form "one-rate"), and the causal attention's
-  (7 L H Q T) at Profile.attention_rate, measured apart: slower than the matmuls and faster at longer sequences (one
-  rate for both when the profile has no attention term). Forward is a third of the matmul FLOPs and 2 of attention's
-  7, backward the rest plus what checkpointing recomputes (`recompute_flops_per_token`): "full" a forward of every
-  block, selective every k-th block's forward, per-op selective the matmuls it does not keep whose output the
-  backward needs again (every second matmul: the attention output projection, and in the Llama block up). Each rerun
-  also costs its forward's share of the elementwise traffic below: per-op selective reruns the cheap ops of every
-  block, a block recomputed whole all of its forward (no fit holds a checkpointed run, so no fitted rate carries it;
-  docs/calibration.md, "Checkpointing and compile on blocks no fit saw"). Under autocast a rerun casts its block's
-  weights to bf16 again: the casts are cheap ops, and autocast's cache of them is cleared when the forward leaves
-  autocast (memory.recast_blocks).
-- torch.compile of each block (run.compile) changes three terms, each measured: the elementwise
-  kernels (Inductor fuses norms, rotary, SwiGLU and casts; Profile.compiled_activation_traffic), the
-  saved activations (memory.py: the activation function's output is recomputed, not kept) and the
-  host's time per block ("compiled/" host terms: Dynamo's guards and the compiled graph's launch in
-  place of the eager kernels). Matmuls and attention run the same kernels compiled or not.
-- memory-bound work on the compute stream, over HBM bandwidth (hardware.py) x Profile.hbm_efficiency:
-  the fp32 loss over the vocabulary (per logit: upcast 2+4, log_softmax 12+4, nll gradient 4, log_softmax
-  backward 12+4, cast back 4+2 = 48 bytes; a vocabulary row of 128k-152k fp32 logits does not fit in
-  shared memory, so PyTorch's cunn_SoftMaxForward reads it three times (max, sum of exp, write) and
-  cunn_SoftMaxBackward reads the gradient twice and the output once); ddp/zero1 autocast casts each
-  weight to bf16 (4+2), its bf16 gradient back to fp32 (2+4), and DDP copies that into the bucket (4+4).
-  FSDP2 (bf16 parameters for compute, fp32 shards and gradients) per all-gather casts its fp32 shard into
-  the bf16 all-gather buffer (4+2 per shard parameter: params / shard group) and copies the output into the
-  unsharded parameters (2+2 per parameter); per step it copies the bf16 gradients into the fp32
-  reduce-scatter input (2+4 per parameter, torch's chunk_cat), and a reduce-scatter of one rank (a
-  single GPU) is NCCL copying that input to the output (4+4). Traced on one H200 (llama3.2-3b zero3,
-  docs/results/2026-12-02-h200x1/kernels/run18): the cast 11.8 ms, chunk_cat 9.6, the device-to-device
-  copies (on one rank the copy-out too) 12.4 per step, where the model had 4 bytes per parameter per
-  gather (6.8 ms) and nothing else. Each of these copies is priced at the rate it reaches alone (the
-  constants below): the bf16 -> fp32 ones at about half the memory-bound rate.
-- the blocks' elementwise kernels (norms, autocast's input casts, rotary, residual adds, SwiGLU and their
-  backward; compiled, Inductor's fused kernels) move the bytes costmodel/elementwise.py counts, each phase its own,
-  at the memory-bound rate x Profile.activation_traffic (compiled_activation_traffic); Qwen3's eager q/k norms at
-  what they took alone. Timed alone on one H200, nine Llama-style blocks' kernels took 0.92-1.11 of this term
-  (docs/calibration.md, "The elementwise kernels, counted"); the forward took 0.33-0.41 of them, the count says
-  0.36-0.40 (the form before the count split them evenly). A profile fitted before the kernels were counted
-  (Profile.elementwise_form "saved-bytes") is read as it was fitted: traffic x the bytes the blocks save for
-  backward, half of it in the forward.
-- optimizer step: fused AdamW reads parameter, gradient, exp_avg, exp_avg_sq (16 bytes) and writes
-  parameter, exp_avg, exp_avg_sq (12): 28 bytes per local parameter (a foreach AdamW would make ~80).
-- communication (comm.py, collectives.py): the forward and the backward are timelines (overlap.py), the
-  phase's GPU work in segments (the output layer and the loss at the forward's end and the backward's
-  start, the blocks between) beside its collectives, each issued when its data is ready and run one at a
-  time; exposed = what the phase takes beyond its GPU work + (1 - e) x the collective time beside it,
-  e the strategy's overlap; zero1's broadcasts after the step are exposed whole.
-- the host: eager PyTorch issues every kernel from Python, and the step never waits for the GPU, so
-  the host runs ahead of a busy GPU; when the GPU's work in a phase (forward with the loss, backward,
-  optimizer step) is shorter than the host's time to issue it, the GPU waits. Each phase takes
-  max(host, GPU); host = Profile.host_s_per_layer[strategy/phase] x blocks, measured by `calibrate`
-  (bench train's host phase times at 128 tokens, where the GPU keeps up), for the reference block; an eager
-  block that dispatches more aten operators takes more, at ddp's price per operator, and the optimizer step's
-  host is per parameter tensor (`block_host_s`, host_ops.py). Small models with FSDP2
-  (per-parameter hooks in every block) are host-bound on a fast GPU. Checkpointing adds host work
-  (`checkpointing_host_s`): per-op selective's policy runs in Python for every operator.
+- matmul: each block Linear's GEMMs at rate x the share its shape reaches (gemm.py), the output layer at head_rate,
+  the rest at rate; rate = peak x Profile.compute_efficiency (matmul_seconds).
+- attention: FLASH_FORWARD_SHARE / FLASH_BACKWARD_SHARE of 7 L H Q T per token (flops.py) at Profile.attention_rate.
+- recompute: what checkpointing reruns in the backward (recompute_flops_per_token, rerun_share).
+- bytes: the fp32 loss (LOSS_*), the casts and copies a strategy makes per parameter (CAST_DOWN ... DEVICE_COPY,
+  each at its own share of the rate) and the blocks' elementwise kernels (block_elementwise).
+- hbm: the datasheet HBM bandwidth x Profile.hbm_efficiency.
+- exposed: each phase's compute as a timeline beside its collectives (overlap.py, collectives.py).
+- host_p x (1 -/+ Profile.host_spread) gives the range of a host-bound step.
 """
 
 from __future__ import annotations
@@ -94,12 +49,9 @@ from topowise.costmodel.profile import Profile
 from topowise.errors import UsageError
 from topowise.run import Run
 
-ADAMW_FUSED_BYTES_PER_PARAM = 28  # see the module docstring
-# The copies a strategy makes per parameter: (bytes per element, rate as a share of the memory-bound
-# rate), each timed alone over five models' parameter shapes on one H200 against the fused AdamW in the
-# same process (benchmarks/copy_rates.py, docs/results/2026-12-02-h200x1/copies/run19). A bf16 -> fp32
-# copy runs at half the rate: PyTorch's dtype-converting copy is an unrolled kernel loading 2 bytes at a
-# time, and torch._chunk_cat into fp32 is as slow; the fp32 -> bf16 cast has a vectorized kernel.
+ADAMW_FUSED_BYTES_PER_PARAM = 28  # fused AdamW: reads p, g, exp_avg, exp_avg_sq (16); writes p, exp_avg, exp_avg_sq
+# The copies a strategy makes per parameter: (bytes per element, rate as a share of the memory-bound rate),
+# each timed alone on one H200 (benchmarks/copy_rates.py, docs/results/2026-12-02-h200x1/copies/run19)
 CAST_DOWN = (6, 1.087)  # fp32 -> bf16: autocast's weight cast, FSDP2's shard into the all-gather buffer
 CAST_UP = (6, 0.528)  # bf16 -> fp32: autocast's weight gradient back to the parameter's dtype
 BUCKET_COPY = (8, 1.093)  # DDP: torch.mul(grad, 1 / world, out=bucket view)
@@ -123,15 +75,9 @@ ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM = at_rate(DEVICE_COPY)  # per step, one 
 LOSS_BYTES_PER_LOGIT = 48  # fp32 cross-entropy forward and backward (aten/src/ATen/native/cuda/SoftMax.cu)
 LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast, log_softmax
 ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the saved-bytes form's elementwise traffic, the forward's (block_elementwise)
-# A bf16 GEMM whose rows are not a multiple of 16 bytes (8 elements) cannot use cuBLAS's aligned kernels and
-# runs a Turing-era `align1` CUTLASS kernel instead. The output layer's three GEMMs with a vocabulary that is
-# not a multiple of 8 (GPT-2's 50257; a config with one token added), timed alone at 8192 tokens on one H200
-# beside the same shapes padded to a multiple of 8: 0.121 of the datasheet rate at hidden 768 (vocabulary
-# 50257; 0.759 padded to 50304) and 0.129 at hidden 2048 (128257; 0.702 at 128256), mean 0.125
-# (benchmarks/head_gemm.py, docs/results/2026-12-03-h200x1/gpt2/run45); in GPT-2's traced step the three took
-# 15.5 ms, 0.124 (gpt2/kernels.txt). Every preset's other GEMM dimensions are multiples of 64. Taken as the
-# same share of the datasheet rate on other NVIDIA GPUs (not measured there); not applied to a CPU profile.
-GEMM_ALIGN_ELEMENTS = 8
+GEMM_ALIGN_ELEMENTS = 8  # bf16 rows of 16 bytes: what cuBLAS's aligned kernels need (else an `align1` CUTLASS kernel)
+# the output layer's GEMMs off that alignment, timed alone on one H200 at hidden 768 and 2048: 0.121 and 0.129 of
+# the datasheet rate, mean 0.125 (benchmarks/head_gemm.py, docs/results/2026-12-03-h200x1/gpt2/run45)
 MISALIGNED_GEMM_EFFICIENCY = 0.125
 
 
@@ -292,7 +238,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     local_params = model.params / run.shard_size
     loss_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size
-    fwd_bytes = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
+    fwd_bytes: float = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
     if autocast:
         fwd_bytes += AUTOCAST_FORWARD_BYTES_PER_PARAM * model.params
         recast = recast_blocks(run) * autocast_block_cast_params(model)
