@@ -27,7 +27,8 @@ def test_every_value_of_the_default_profile_has_a_source():
     sources = data["sources"]
     missing = sorted(v for v in leaves(data) if not str(sources.get(v, "")).strip())
     assert not missing, f"values without a source: {missing}"
-    assert not set(sources) - leaves(data), f"sources of values the file does not set: {sorted(set(sources) - leaves(data))}"
+    stray = sorted(set(sources) - leaves(data))
+    assert not stray, f"sources of values the file does not set: {stray}"
 
 
 def test_the_loaded_default_is_the_file():
