@@ -10,10 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("importlinter")
-
 ROOT = Path(__file__).parents[2]
 LINT = "from importlinter.cli import lint_imports_command; lint_imports_command()"
 
