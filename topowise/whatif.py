@@ -6,11 +6,8 @@ InfiniBand and RoCE, one per node for Ethernet unless the name says, e.g. eth-10
 network: tokens/s (total and per GPU), the share of the step spent waiting on the network, the best
 strategy (plan) or the asked one (predict), and, with prices, the cost per million tokens.
 
-"Waiting on the network" is the exposed communication of the collectives that cross nodes. The cost
-model exposes communication per phase (costmodel/overlap.py): what runs before any compute or after the
-last gradient is exposed whole; what hides behind a phase's compute leaves an exposed remainder,
-shared here among that phase's hideable collectives in proportion to their time (they queue on one
-communication stream, so each is a share of what is not hidden).
+"Waiting on the network" is the exposed communication of the collectives that cross nodes
+(costmodel/exposure.py: each phase's exposed remainder shared among its hideable collectives by time).
 """
 
 from __future__ import annotations
@@ -18,14 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from topowise import hardware
-from topowise.costmodel import comm as comm_mod
+from topowise.costmodel.exposure import exposed_s
 from topowise.errors import UsageError
 from topowise.prices import Cost, Prices, job_cost
 from topowise.topology import cluster as cluster_mod
 
 INSIDE_NODE_LINKS = frozenset({"NV", "PCIe", "local"})  # comm.group_link's classes; anything else is a network
-_WHOLE = {comm_mod.FORWARD_FIRST: "forward", comm_mod.BACKWARD_LAST: "backward", comm_mod.AFTER_STEP: "optimizer"}
-_HIDEABLE = {comm_mod.FORWARD: "forward", comm_mod.BACKWARD: "backward"}
 
 
 def known_networks() -> tuple[str, ...]:
@@ -80,29 +75,8 @@ def is_network(c) -> bool:
 
 
 def network_wait_s(pred) -> float:
-    """Of the predicted step, the exposed communication of collectives that cross nodes (module docstring)."""
+    """Of the predicted step, the exposed communication of collectives that cross nodes (costmodel/exposure.py)."""
     return exposed_s(pred, is_network)
-
-
-def exposed_s(pred, which) -> float:
-    """Of the predicted step, the exposed communication of the collectives `which(c)` picks (module docstring)."""
-    t = pred.time
-    colls = [c for c in t.collectives if c.time_s > 0]
-    if not colls:
-        return 0.0
-    if not t.phases:  # an engine without per-phase times: share the exposed total by time
-        picked = sum(c.time_s for c in colls if which(c))
-        return t.exposed_comm_s * picked / t.comm_s if t.comm_s > 0 else 0.0
-    out = 0.0
-    for phase in t.phases:
-        whole = [c for c in colls if _WHOLE.get(c.phase) == phase.phase]
-        hideable = [c for c in colls if _HIDEABLE.get(c.phase) == phase.phase]
-        out += sum(c.time_s for c in whole if which(c))
-        rest = max(phase.exposed_comm_s - sum(c.time_s for c in whole), 0.0)
-        total = sum(c.time_s for c in hideable)
-        if total > 0:
-            out += rest * sum(c.time_s for c in hideable if which(c)) / total
-    return out
 
 
 @dataclass(frozen=True)

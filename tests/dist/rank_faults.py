@@ -30,7 +30,7 @@ def env_with_faults(faults: str) -> dict[str, str]:
 
 
 def train_rank(config: dict) -> None:
-    from topowise.measure import steps, strategies
+    from topowise.measure import steps, strategies, train_rank
     from topowise.measure.train import TrainCase
 
     strategy = TrainCase.from_dict(config["case"]).run.strategy
@@ -44,7 +44,7 @@ def train_rank(config: dict) -> None:
             strategies.make_optimizer = _frozen(strategies.make_optimizer)
         if kind in ("oom", "error", "crash", "hang"):
             steps.timed_steps = lambda *args, kind=kind, **kw: _fail(kind)
-    steps.rank_main(config)
+    train_rank.rank_main(config)
 
 
 def _frozen(make_optimizer):

@@ -13,10 +13,11 @@ from topowise.calibrate.driver import FIT_WARN_RMS, fit_warnings
 from topowise.cli.bench_comm import backend_of, collectives_table, natural_width
 from topowise.cli.bench_train import exit_status, prediction_table, train_table
 from topowise.cli.main import main
-from topowise.cli.validate import cached_profile, comparison_tables
+from topowise.cli.validate import cached_profile
 from topowise.errors import UsageError
 from topowise.measure.records import fabric_label
 from topowise.measure.train import compare_losses
+from topowise.report.comparison import comparison_tables
 from topowise.units import GIB
 
 RUN = Path(__file__).parents[2] / "tests" / "data" / "records" / "2026-11-30-h200x2"

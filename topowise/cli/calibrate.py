@@ -174,8 +174,8 @@ def render(result) -> None:
 
     from topowise.cli.console import column
     from topowise.cli.console import console as make_console
-    from topowise.cli.validate import comparison_tables, run_words
     from topowise.costmodel.profile_store import parse_fingerprint
+    from topowise.report.comparison import comparison_tables, run_words
 
     console = make_console()
     p, rep = result.profile, result.report

@@ -1,11 +1,11 @@
 """`bench train --engine deepspeed`: ZeRO-1/2/3 as DeepSpeed runs them, on the same model, data and
-optimizer as the PyTorch engine (topowise.measure.steps), with the same step loop, metrics and records.
+optimizer as the PyTorch engine (topowise.measure.train_rank), with the same step loop, metrics and records.
 
 What is the same: the transformer built from the ModelSpec and seed on every rank before wrapping,
 the synthetic batches seeded by (seed, step, rank), AdamW (betas 0.9/0.95, weight decay, lr; torch's
 fused CUDA kernel, foreach on CPU) handed to DeepSpeed as a client optimizer (so DeepSpeed builds no
 op of its own: no ninja, no nvcc), the float32 cross-entropy of the bf16 logits, CUDA-event timing,
-the OOM handling and the loss check (steps.rank_main and the parent side are shared).
+the OOM handling and the loss check (train_rank.rank_main and the parent side are shared).
 
 How DeepSpeed holds the training state here (bf16 enabled, grad_accum_dtype left unset, the config
 from topowise.export.deepspeed.zero_config without gradient clipping, as the PyTorch engine has none):
@@ -68,7 +68,8 @@ def link_gbps_here(world_size: int, fabric: str) -> float | None:
 
 
 def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
-    """One strategy's run on this rank through deepspeed.initialize; the same result dict as steps.train_pytorch."""
+    """One strategy's run on this rank through deepspeed.initialize; the same result dict as
+    train_rank.train_pytorch."""
     device_type = "cuda" if case.device == "cuda" else "cpu"
     # before the import: DeepSpeed picks its accelerator then; never JIT-build ops
     os.environ.setdefault("DS_ACCELERATOR", device_type)
@@ -89,7 +90,7 @@ def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
     link = link_gbps_here(rank.world_size, case.run.fabric) if device_type == "cuda" else None
     config = engine_config(case.run.strategy, micro_batch=case.run.micro_batch, world_size=rank.world_size,
                            link_gbps=link, device=device_type)
-    # the process group is already up (steps.rank_main): DeepSpeed's comm layer wraps it
+    # the process group is already up (train_rank.rank_main): DeepSpeed's comm layer wraps it
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     del model, optimizer  # the engine holds them
 

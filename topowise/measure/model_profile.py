@@ -430,7 +430,7 @@ def checkpoint_blocks(model: nn.Module, blocks: list[tuple[str, nn.Module]], mod
 
 
 def train_callable(case, rank, trace_dir: str | None = None) -> dict:
-    """`bench train` of a `module:function` model on this rank (steps.train_pytorch for a CallableSpec):
+    """`bench train` of a `module:function` model on this rank (train_rank.train_pytorch for a CallableSpec):
     the same build, wrap and step as the profile, timed as bench train times every model."""
     from topowise.measure import steps as T
 

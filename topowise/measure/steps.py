@@ -1,30 +1,24 @@
-"""`bench train`, rank side: the model, the strategy's wrap, the step loop, the timing.
+"""`bench train`, rank side: the step loop every engine shares (PyTorch: topowise.measure.train_rank,
+DeepSpeed: deepspeed_engine, a module:function model: model_profile).
 
-`rank_main` runs on every rank (started by train.bench_train through the launcher, or called in
-this process inside a torchrun/srun job). It builds the same model from the same seed on every
-strategy, wraps it (topowise.measure.strategies), runs warm-up + timed steps on synthetic tokens
-seeded by (seed, step, rank), and reports step times from CUDA events read once after the loop, the
-loss of every step (kept on the GPU until the loop ends), and peak allocated / reserved memory,
-into the result folder the parent reads.
+The model built from the same seed on every strategy, synthetic tokens seeded by (seed, step, rank),
+warm-up + timed steps with step times from CUDA events read once after the loop, the loss of every
+step (kept on the GPU until the loop ends), peak allocated / reserved memory, and the result dict
+each rank writes.
 
 The step loop never waits for the GPU: no .item(), no synchronize, no printing of tensors.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 
 from topowise.measure import strategies as S
-from topowise.measure.host_index import index_once
-from topowise.measure.rank import destroy_process_group, init_distributed, node_labels, pin_to_cores, ranks_by_node
 from topowise.measure.train import TrainCase
 from topowise.run import STEP_PHASES
 from topowise.units import GIB, KIB, MIB
@@ -32,53 +26,6 @@ from topowise.units import GIB, KIB, MIB
 # the bf16 matmul whose rate is the achievable peak: about 790 TFLOP/s on an H200
 # (peak_flops_measured in docs/results/2026-11-30-h200x2/run1/train.jsonl)
 MATMUL_N = 8192
-
-
-def rank_main(config: dict) -> None:
-    """Entry point on every rank. Every rank writes its result (rank<R>.json) or its failure
-    (rank<R>.failed.json) to config["result_dir"].
-
-    Self-launched, a failing rank exits at once (torchrun then stops the others). Joined to a
-    running job, it returns so the next strategy can run (that works when every rank failed alike,
-    as with OOM; a failure on one rank alone leaves the others waiting until the process-group timeout).
-    """
-    case = TrainCase.from_dict(config["case"])
-    self_launched = config.get("self_launched", True)
-    if config.get("pin_cpus"):
-        pin_to_cores()
-    rank = init_distributed("nccl" if case.device == "cuda" else "gloo", timeout_s=float(config.get("timeout_s", 600)))
-    result_dir = Path(config["result_dir"])
-    (result_dir / f"rank{rank.rank}.started").touch()  # joined the group: what follows is the case's doing
-    try:
-        with _nvtx(config.get("nvtx", False)):  # --trace nsys: torch's ranges (topowise.step.N, ...) as NVTX
-            if case.run.engine == "deepspeed":
-                from topowise.measure.deepspeed_engine import train_deepspeed
-
-                result = train_deepspeed(case, rank, config.get("trace"))
-            else:
-                result = train_pytorch(case, rank, config.get("trace"))
-    except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then the run goes on
-        failure = describe_failure(exc)
-        _write_json(result_dir / f"rank{rank.rank}.failed.json", dict(failure, rank=rank.rank))
-        if self_launched:
-            sys.stderr.write(f"rank {rank.rank}: {failure['status']}: {failure['error']}\n")
-            sys.stderr.flush()
-            os._exit(1)
-        _release_memory()
-        return
-    _write_json(result_dir / f"rank{rank.rank}.json", result)
-    if self_launched:
-        destroy_process_group()
-    _release_memory()
-
-
-def _nvtx(on: bool):
-    """torch's named ranges and operators as NVTX ranges, for Nsight Systems (`bench train --trace nsys`)."""
-    if not on:
-        return nullcontext()
-    import torch
-
-    return torch.autograd.profiler.emit_nvtx(record_shapes=False)
 
 
 def prepare_case(case: TrainCase, rank):
@@ -98,50 +45,6 @@ def prepare_case(case: TrainCase, rank):
     if case.run.compile:
         S.apply_compile(model)
     return measured_peak, model
-
-
-def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
-    """One strategy's run on this rank as PyTorch runs it (DDP, ZeroRedundancyOptimizer, FSDP2)."""
-    if case.run.model.family == "callable":  # a module:function model: its own build, batch and loss
-        from topowise.measure.model_profile import train_callable
-
-        return train_callable(case, rank, trace_dir)
-    import torch
-    import torch.nn.functional as F
-
-    device_type = "cuda" if case.device == "cuda" else "cpu"
-    measured_peak, model = prepare_case(case, rank)
-    layout = node_labels(ranks_by_node(rank.world_size))  # which node holds which ranks (multi-node jobs)
-    if device_type == "cuda":  # the host's speed in this process (launches, dispatch alone), beside its host phases
-        layout["host_index"] = index_once("cuda").to_dict()
-        layout["host_index_cpu"] = index_once("cpu").to_dict()
-    wrapped, optimizer, mesh_layout = S.apply_strategy(model, case.run, rank.world_size, device_type=device_type,
-                                                       lr=case.lr, weight_decay=case.weight_decay)
-    layout.update(mesh_layout)
-
-    inputs, targets = synthetic_batches(case, rank.rank, case.run.model.vocab_size, rank.device)
-    autocast = torch.autocast(device_type, dtype=torch.bfloat16) if case.run.spec.autocast else nullcontext()
-
-    host: list[tuple[float, float, float]] = []  # per step: host seconds in forward, backward, optimizer
-
-    def forward(step: int):
-        with autocast:
-            logits = wrapped(inputs[step])
-        # float32 log-softmax of the bf16 logits: the same loss arithmetic on every strategy
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets[step].flatten())
-
-    def optimizer_step():
-        optimizer.step()
-        wrapped.zero_grad(set_to_none=True)
-
-    def one_step(step: int):
-        return phased_step(host, lambda: forward(step), lambda loss: loss.backward(), optimizer_step)
-
-    peaks: list[int] = []
-    marks: list[float] = []
-    times, losses = timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir, marks)
-    layout["host_phase_s"] = host_phases(host[case.warmup:], rank)
-    return step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks, marks=marks)
 
 
 def phased_step(host: list, forward: Callable, backward: Callable, optimizer: Callable):
@@ -372,22 +275,3 @@ def describe_failure(exc: BaseException) -> dict:
 def oom_requested_bytes(message: str) -> int | None:
     match = _OOM_ASKED.search(message)
     return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
-
-
-def _release_memory() -> None:
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except Exception:
-        pass
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)  # whole or absent: the parent never reads half a result

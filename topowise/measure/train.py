@@ -1,6 +1,6 @@
 """`bench train`, parent side: real training steps of each strategy, one fresh torchrun launch per strategy.
 
-`bench_train` validates nothing itself (`make_request` did, once), launches `steps.rank_main` on
+`bench_train` validates nothing itself (`make_request` did, once), launches `train_rank.rank_main` on
 every rank through the launcher for one strategy at a time (fresh processes and process group
 each, so one failure cannot poison the next), reads what the ranks wrote, appends one JSONL record
 per strategy and checks that the losses agree across strategies. What the cost model says of a
@@ -8,7 +8,7 @@ case (predicted step time and memory, model FLOPs per token) comes from the call
 computed above this package (topowise.expectations). This module imports no torch; make_request
 asks topowise.measure.rank how many GPUs torch sees.
 
-Rank side: topowise.measure.steps (the model, the wrap, the step loop, the timing).
+Rank side: topowise.measure.train_rank (the entry, the wrap), topowise.measure.steps (the step loop, the timing).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from topowise.run import (
     parse_strategies,
 )
 
-RANK_ENTRY = "topowise.measure.steps:rank_main"
+RANK_ENTRY = "topowise.measure.train_rank:rank_main"
 # The strategies `--engine deepspeed` runs here: DeepSpeed's ZeRO stages (hsdp would be ZeRO++ hpZ,
 # which the bench does not set up).
 DEEPSPEED_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.deepspeed_stage and not s.replicated)

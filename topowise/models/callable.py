@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from topowise.errors import UsageError
-from topowise.models.spec import CallableSpec
+from topowise.models.callable_spec import CallableSpec
 
 EXAMPLE = "examples.models.llama:build"
 SHAPE_ARGS = ("micro_batch", "seq_len")

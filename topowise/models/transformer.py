@@ -28,6 +28,7 @@ in float32 from the bf16 logits).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -118,7 +119,7 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         heads, kv = self.heads, self.kv_heads
         q, k, v = self.qkv(x).view(b, s, heads + 2 * kv, self.head_dim).split([heads, kv, kv], dim=2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither (spec.qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             # q and k rotated into their own (batch, seq, heads, head_dim) tensors, the layout SDPA's
@@ -131,7 +132,7 @@ class Attention(nn.Module):
                 q, k = rotate_complex(q, turn), rotate_complex(k, turn)
             v = v.contiguous()
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        gqa = {}
+        gqa: dict[str, Any] = {}  # enable_gqa only where used: torch < 2.5 lacks the keyword
         if kv != heads:  # grouped-query: each k/v head serves heads/kv query heads
             if GQA_MODE == "sdpa":
                 gqa = {"enable_gqa": True}
@@ -191,6 +192,9 @@ class Transformer(nn.Module):
     """rope_theta and norm_eps: Llama 3's unless given (a config.json's rope_theta, rms_norm_eps); they
     change the numbers, not the cost."""
 
+    rope_cos: torch.Tensor  # buffers (register_buffer): declared so that they read as tensors
+    rope_sin: torch.Tensor
+
     def __init__(self, spec: ModelSpec, max_seq_len: int = 4096, *, rope_theta: float = ROPE_THETA,
                  norm_eps: float = NORM_EPS):
         super().__init__()
@@ -238,8 +242,9 @@ class Transformer(nn.Module):
         for name, module in self.named_modules():  # a fixed order: the same draws on every strategy
             if isinstance(module, (RMSNorm, nn.LayerNorm)):
                 nn.init.ones_(module.weight)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+                bias = getattr(module, "bias", None)  # LayerNorm's; RMSNorm has none
+                if bias is not None:
+                    nn.init.zeros_(bias)
             elif isinstance(module, nn.Linear):
                 std = out_std if name.endswith((".out", ".down")) else INIT_STD
                 nn.init.normal_(module.weight, 0.0, std)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from topowise.costmodel.comm import replica_groups
 from topowise.costmodel.comm import shard_groups as cost_shard_groups
-from topowise.whatif import exposed_s
+from topowise.costmodel.exposure import exposed_s
 
 DEFAULT_WAN_SHARE = 0.10  # bring the WAN's share of an optimizer step under 10% (plan --wan-share)
 MAX_ACCUMULATION = 4096  # beyond this many micro-batches per optimizer step the answer is "not practical"

@@ -15,10 +15,9 @@ answer (a network or a cluster attribute it does not have) says so instead of a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from topowise.errors import UsageError
 from topowise.prices import Prices
+from topowise.report.answer import Answer
 from topowise.report.networks_geo import across_regions, racks_apart  # questions 3 and 4
 from topowise.report.whatif import HEADERS as WHATIF_HEADERS
 from topowise.report.whatif import rows as whatif_rows
@@ -29,29 +28,6 @@ Q1_NETWORKS = ("ib-ndr", "roce-400", "eth-400", "eth-100", "eth-25")
 Q2_NODE, Q2_NODES, Q2_NETWORK, Q2_REFERENCE = "pcie-l40s-8", 2, "eth-1", "eth-100"
 Q2_MODELS = ("gpt2", "qwen2.5-0.5b", "llama3.2-1b", "llama3.2-3b", "llama3.1-8b")
 MICRO_BATCHES = (8, 4, 2, 1)  # question 2: the largest that fits
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One question's answer: a sentence per model, the tables it stands on, and notes."""
-
-    key: str
-    title: str
-    sentences: tuple[str, ...]
-    tables: tuple[tuple[str, list[str], list[list[str]]], ...] = ()  # (caption, headers, rows)
-    notes: tuple[str, ...] = ()
-    values: dict = field(default_factory=dict, compare=False, hash=False)
-
-    def to_dict(self) -> dict:
-        return {"key": self.key, "title": self.title, "sentences": list(self.sentences),
-                "tables": [{"caption": c, "headers": h, "rows": r} for c, h, r in self.tables],
-                "notes": list(self.notes), "values": self.values}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Answer:
-        return cls(d["key"], d["title"], tuple(d["sentences"]),
-                   tuple((t["caption"], t["headers"], t["rows"]) for t in d["tables"]), tuple(d["notes"]),
-                   d.get("values", {}))
 
 
 def known(networks) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ encrypted WAN. Both read the cluster's layout and region attributes (topology/cl
 from __future__ import annotations
 
 from topowise.prices import Prices
+from topowise.report.answer import Answer
 
 Q3_NODE, Q3_NODES, Q3_PER_RACK, Q3_NETWORK = "hgx-h100-8", 8, 2, "ib-ndr"
 Q3_DISTANCES_M = (0, 10, 30, 100, 300)
@@ -31,7 +32,6 @@ def _label(p) -> str:
 
 def racks_apart(models, *, seq_len: int, micro_batch: int, profile=None):
     from topowise.costmodel.predict import predict
-    from topowise.report.networks import Answer
     from topowise.topology.cluster import load_cluster
 
     base = load_cluster(f"{Q3_NODES}x {Q3_NODE}+{Q3_NETWORK}")
@@ -80,7 +80,6 @@ def _step_change(v) -> float:
 def across_regions(models, *, seq_len: int, micro_batch: int, profile=None, prices: Prices | None = None):
     from topowise.costmodel.predict import predict
     from topowise.planner import regions
-    from topowise.report.networks import Answer
     from topowise.topology.cluster import load_cluster
     from topowise.whatif import network_wait_s
 

@@ -361,8 +361,8 @@ def print_summary(study: Study, paths: dict[str, Path], console=None) -> None:
     """A table per topology (all GPUs), the recommendations as a table, the other findings, the files."""
     from rich.table import Table
 
-    from topowise.cli.console import column
-    from topowise.cli.console import console as make_console
+    from topowise.report.console import column
+    from topowise.report.console import console as make_console
 
     console = console or make_console()
     m = study.model

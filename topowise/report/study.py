@@ -26,8 +26,8 @@ from topowise.errors import UsageError
 from topowise.measure.records import steady_peak_bytes
 from topowise.models.spec import ModelSpec
 from topowise.planner.search import plan
+from topowise.report.answer import Answer
 from topowise.report.breakdown import StepBreakdown, read_breakdowns
-from topowise.report.networks import Answer
 from topowise.run import STRATEGY_NAMES, Run, check_seq_len
 from topowise.topology import load_topologies
 from topowise.topology.model import Topology

@@ -566,8 +566,9 @@ def parse_cluster_name(name: str) -> tuple[int, str, str] | None:
 def load_cluster(name_or_path: str) -> Cluster | None:
     """A cluster from a name ("4x hgx-h100-8+ib-ndr", with a layout or regions: see the module), a
     cluster preset, or a `topowise.cluster` JSON file; None otherwise."""
-    if name_or_path in CLUSTER_PRESETS:
-        return replace(load_cluster(CLUSTER_PRESETS[name_or_path]), name=name_or_path)
+    preset = load_cluster(CLUSTER_PRESETS[name_or_path]) if name_or_path in CLUSTER_PRESETS else None
+    if preset is not None:
+        return replace(preset, name=name_or_path)
     regions = _REGIONS.match(name_or_path)
     if regions is not None:
         count = int(regions.group(1))
@@ -595,10 +596,10 @@ def load_cluster(name_or_path: str) -> Cluster | None:
 
 
 def _load_named(text: str, whole: str) -> Cluster | None:
-    match = _NAME.match(text)
-    if match is None:
+    match, parsed = _NAME.match(text), parse_cluster_name(text)
+    if match is None or parsed is None:
         return None
-    num_nodes, node_name, net_name = parse_cluster_name(text)
+    num_nodes, node_name, net_name = parsed
     if node_name not in PRESETS:
         raise UsageError(f"cluster {whole!r}: unknown node preset {node_name!r}; valid: {', '.join(PRESETS)}")
     network = network_spec(net_name)

@@ -63,13 +63,15 @@ class NetworkSpec:
         known = hardware.NETWORKS.get(self.kind)
         if not self.transport:
             object.__setattr__(self, "transport", known.transport if known else "ib")
-        if self.latency_us is None:
-            object.__setattr__(self, "latency_us", known.latency_us if known else 0.0)
+        latency = self.latency_us
+        if latency is None:
+            latency = known.latency_us if known else 0.0
+            object.__setattr__(self, "latency_us", latency)
         if self.transport not in TRANSPORTS:
             raise UsageError(f"network {self.kind!r}: transport {self.transport!r} is not one of "
                              f"{', '.join(TRANSPORTS)}")
-        if not self.latency_us >= 0:
-            raise UsageError(f"network {self.kind!r}: latency_us must be >= 0, not {self.latency_us}")
+        if not latency >= 0:
+            raise UsageError(f"network {self.kind!r}: latency_us must be >= 0, not {latency}")
 
     @property
     def node_gbps(self) -> float:

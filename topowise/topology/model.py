@@ -20,7 +20,7 @@ from topowise import hardware
 from topowise.errors import UsageError
 
 if TYPE_CHECKING:
-    from topowise.topology.fabric import NetworkSpec
+    from topowise.topology.fabric import NetworkSpec, WanSpec
 
 FORMAT = "topowise.topology"
 VERSION = 1
@@ -67,20 +67,37 @@ class Wiring(Protocol):
     """What the cost model, the planner, the exports and the CLI ask of a topology. GPUs are numbered
     globally (node n of a cluster holds n*G .. n*G+G-1); rates are GB/s per direction, line rates."""
 
-    name: str
-    source: str  # where the description came from
-    gpus: tuple[Gpu, ...]
-    indices: tuple[int, ...]  # the GPU indices, ascending
-    num_gpus: int
-    nvswitch: bool  # the node's NVLink goes through NVSwitch (a pair's NV# is a GPU's whole port)
-    pcie_gen: int
-    pcie_gbps: float  # a PCIe x16 link of that generation
-    gpu_spec: hardware.GpuSpec  # the GPUs' datasheet row (all alike)
-    nics: tuple[Nic, ...]  # the NICs of one node
-    num_nodes: int  # 1 for a single node
-    gpus_per_node: int
-    node: Topology  # one node's topology, local indices (a Topology is its own node)
-    network: NetworkSpec | None  # the network between a cluster's nodes; None for a single node
+    # read-only: a Topology and a Cluster are frozen (their fields and properties answer these)
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...  # where the description came from
+    @property
+    def gpus(self) -> tuple[Gpu, ...]: ...
+    @property
+    def indices(self) -> tuple[int, ...]: ...  # the GPU indices, ascending
+    @property
+    def num_gpus(self) -> int: ...
+    @property
+    def nvswitch(self) -> bool: ...  # the node's NVLink goes through NVSwitch (a pair's NV# is a GPU's whole port)
+    @property
+    def pcie_gen(self) -> int: ...
+    @property
+    def pcie_gbps(self) -> float: ...  # a PCIe x16 link of that generation
+    @property
+    def gpu_spec(self) -> hardware.GpuSpec: ...  # the GPUs' datasheet row (all alike)
+    @property
+    def nics(self) -> tuple[Nic, ...]: ...  # the NICs of one node
+    @property
+    def num_nodes(self) -> int: ...  # 1 for a single node
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def node(self) -> Topology: ...  # one node's topology, local indices (a Topology is its own node)
+    @property
+    def network(self) -> NetworkSpec | None: ...  # the network between a cluster's nodes; None for a single node
+    @property
+    def wan(self) -> WanSpec | None: ...  # the WAN between a cluster's regions; None within one region
 
     def gpu(self, index: int) -> Gpu: ...  # UsageError for a GPU it lacks
     def link(self, a: int, b: int) -> Link: ...  # the path between two GPUs ("NET" across nodes)
@@ -91,6 +108,11 @@ class Wiring(Protocol):
     def nodes_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]: ...  # (0,) on a single node
     def per_node(self, gpus: Iterable[int]) -> dict[int, tuple[int, ...]]: ...  # node -> local indices
     def network_gbps(self, gpus: Iterable[int]) -> float: ...  # what the network gives a group; inf on a Topology
+    def regions_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]: ...  # (0,) within one region
+    def wan_gbps(self, gpus: Iterable[int]) -> float: ...  # what the WAN gives a group across regions; inf within one
+    def ring_extra_us(self, gpus: Iterable[int]) -> float: ...  # a ring's slowest hop beyond a rack-local one
+    def tree_extra_us(self, gpus: Iterable[int]) -> float: ...  # a tree's slowest hop beyond a rack-local one
+    def one_region(self) -> Wiring: ...  # the same nodes in one region (the WAN what-if)
     def best_subset(self, k: int) -> tuple[int, ...]: ...  # the k GPUs with the fastest ring
     def candidate_subsets(self, k: int) -> list[tuple[int, ...]]: ...  # k-subsets worth ranking
     def selection(self, gpus: Iterable[int]) -> dict: ...  # what `topo --gpus` reports of a choice
@@ -170,6 +192,27 @@ class Topology:
 
     def network_gbps(self, gpus: Iterable[int]) -> float:
         return math.inf
+
+    # --- regions (one node is in one region, its hops rack-local; see Cluster) -----------------
+    @property
+    def wan(self) -> None:
+        """No WAN: a single region."""
+        return None
+
+    def regions_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]:
+        return (0,)
+
+    def wan_gbps(self, gpus: Iterable[int]) -> float:
+        return math.inf
+
+    def ring_extra_us(self, gpus: Iterable[int]) -> float:
+        return 0.0
+
+    def tree_extra_us(self, gpus: Iterable[int]) -> float:
+        return 0.0
+
+    def one_region(self) -> Topology:
+        return self
 
     # --- islands -------------------------------------------------------------------------------
     def islands(self) -> tuple[tuple[int, ...], ...]:

@@ -99,14 +99,14 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
         if _cell_kind(ab) != _cell_kind(ba):
             raise UsageError(f"line {header_at + 2 + b}: GPU{b}/GPU{a} is {ba} but GPU{a}/GPU{b} is {ab}; "
                              "the matrix should be symmetric")
-        kind, count = _cell_kind(ab)
+        kind, count = _path_kind(ab)
         gbps = hardware.NVLINK_GBPS_PER_LINK[nvlink_gen] * count if kind == NVLINK else hardware.pcie_gbps(pcie_gen)
         links.append(Link(a, b, kind, gbps, count))
 
     gpus = tuple(Gpu(i, names[i], numa_node=numa[i], memory_bytes=hardware.gpu_spec(names[i]).memory_bytes)
                  for i in range(n_gpus))
     nics = tuple(
-        Nic(nic_names.get(col, col), nearest_gpus=_nearest_gpus([_cell_kind(cells[g][k])[0] for g in gpu_cols]))
+        Nic(nic_names.get(col, col), nearest_gpus=_nearest_gpus([_path_kind(cells[g][k])[0] for g in gpu_cols]))
         for k, col in enumerate(columns) if k >= n_gpus
     )
     return Topology(name, gpus, tuple(links), nics, infer_nvswitch(links, n_gpus), pcie_gen, "; ".join(notes))
@@ -186,6 +186,14 @@ def _cell_kind(cell: str) -> tuple[str, int] | None:
     if cell in PCIE_KINDS or cell == "X":
         return cell, 0
     return None
+
+
+def _path_kind(cell: str) -> tuple[str, int]:
+    """_cell_kind of a cell the matrix's rows were checked to hold (a path, never None)."""
+    kind = _cell_kind(cell)
+    if kind is None:
+        raise UsageError(f"cell {cell!r}: expected X, NV<n> or one of {', '.join(PCIE_KINDS)}")
+    return kind
 
 
 def _numa_affinity(trailing: list[str]) -> int | None:
