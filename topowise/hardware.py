@@ -17,7 +17,7 @@ GB = 1e9
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
-    memory_bytes: int
+    memory_bytes: float  # bytes; datasheet sizes in GB (1e9) are written as floats
     bf16_dense_flops: float  # datasheet peak, dense (no sparsity)
     nvlink_gen: int  # 0 when the part has no NVLink
     pcie_gen: int

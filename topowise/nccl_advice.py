@@ -75,11 +75,11 @@ def tuner_choice(op: str, nbytes: float, gpus, topo, profile: Profile) -> str:
     bus, _ = network.bus_gbps(op, group, profile)
     times = {}
     for algorithm in network.ALGORITHMS:
-        options = [network.algorithm_time_s(op, nbytes, group, algorithm, p, bus) for p in network.PROTOCOLS]
-        options = [t for t in options if t is not None]
+        by_protocol = [network.algorithm_time_s(op, nbytes, group, algorithm, p, bus) for p in network.PROTOCOLS]
+        options = [t for t in by_protocol if t is not None]
         if options:
             times[algorithm] = min(options)
-    return min(times, key=times.get)
+    return min(times, key=times.__getitem__)
 
 
 def model_time_s(op: str, nbytes: float, gpus, topo, profile: Profile, algorithm: str) -> float:
@@ -126,7 +126,7 @@ def advise(pred, topo, profile: Profile | None = None, time_fn=model_time_s) -> 
     # only what NCCL can run here (no NVLS-Tree without an NVSwitch that reduces: forcing it runs ring)
     exists = network.collective_time_s("all_reduce", calls[0].bytes, group, topo, profile)[1]["times_s"]
     forced = {a: t for a, t in forced.items() if exists.get(a) is not None}
-    best = min(forced, key=forced.get)
+    best = min(forced, key=forced.__getitem__)
     gain = 1 - forced[best] / nccl if nccl > 0 else 0.0
     n_calls = sum(c.count for c in calls)
     sizes = sorted({c.bytes for c in calls})

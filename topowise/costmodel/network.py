@@ -132,6 +132,7 @@ def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
     assert isinstance(topo, Cluster), "a group across nodes sits on a Cluster"
     profile = profile or default_profile()
     net_us = topo.network.latency_us  # across nodes: a Cluster
+    assert net_us is not None, "NetworkSpec.__post_init__ fills latency_us from hardware.NETWORKS"
     regions = len(topo.regions_spanned(members))
     wan_gbps, wan_lat = math.inf, 0.0
     if regions > 1 and topo.wan is not None:  # a Cluster of several regions has a WAN (Cluster.__post_init__)

@@ -36,7 +36,7 @@ class Gpu:
     name: str
     pci_bus_id: str = ""
     numa_node: int | None = None
-    memory_bytes: int = 0
+    memory_bytes: float = 0  # bytes (datasheet GB sizes arrive as floats)
 
 
 @dataclass(frozen=True)
