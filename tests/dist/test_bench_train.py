@@ -1,7 +1,7 @@
 """`bench train` on CPU: gloo, two processes, the tiny model. The multi-process tests are marked dist.
 
-Every strategy is a real torchrun launch (a few seconds each on two cores); the whole file stays
-near a minute.
+Outside a job every strategy is a fresh torchrun launch (a few seconds each on two cores), which the
+failure, trace and timeout tests run; the every-strategy test runs them all in one job's ranks.
 """
 
 import functools
@@ -9,6 +9,8 @@ import gzip
 import json
 import math
 import os
+import subprocess
+import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -26,8 +28,9 @@ pytest.importorskip("torch")
 from topowise.measure import steps  # noqa: E402  (imports torch)
 
 # lr 3e-4: large enough that 3 steps visibly lower the tiny model's loss ("it trains" below)
-TINY = ["--device", "cpu", "--nproc", "2", "--model", "tiny", "--micro-batch", "2", "--seq-len", "32",
-        "--steps", "2", "--warmup", "1", "--lr", "3e-4"]
+TINY_IN_A_JOB = ["--device", "cpu", "--model", "tiny", "--micro-batch", "2", "--seq-len", "32", "--steps", "2",
+                 "--warmup", "1", "--lr", "3e-4"]
+TINY = ["--nproc", "2", *TINY_IN_A_JOB]  # outside a job: two ranks per launch
 DESIGN_KEYS = {"kind", "strategy", "model", "world_size", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu",
                "peak_memory_bytes", "losses", "predicted"}
 EXTRA_KEYS = {"micro_batch", "seq_len", "fabric", "device", "activation_checkpointing", "reserved_bytes",
@@ -53,11 +56,26 @@ def with_faults(monkeypatch, faults: str) -> None:
     monkeypatch.setattr(train, "bench_train", functools.partial(train.bench_train, entry=rank_faults.TRAIN_ENTRY))
 
 
+def in_one_job(argv, cwd) -> tuple[int, str, str]:
+    """`topowise bench train ARGV` as a rank of one two-rank torchrun job, as a torchrun or srun user runs it:
+    the ranks run every strategy in turn in their own processes (one launch, where a run outside a job starts
+    a fresh one per strategy: the failure, trace and timeout tests here run that path). (status, stdout, stderr)"""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
+        env.pop(key, None)  # the test itself must not look like a rank of some job
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "topowise", "bench", "train", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
 @pytest.mark.dist
-def test_every_strategy_runs_and_losses_agree(tmp_path, capsys):
+def test_every_strategy_runs_and_losses_agree(tmp_path):
     out = tmp_path / "train.jsonl"
-    status, doc = run_json(["--strategies", "ddp,zero1,zero2,fsdp,hsdp", "--out", str(out)], capsys)
-    assert status == 0
+    status, stdout, stderr = in_one_job([*TINY_IN_A_JOB, "--json", "--strategies", "ddp,zero1,zero2,fsdp,hsdp",
+                                         "--out", str(out)], tmp_path)
+    assert status == 0, stderr[-3000:]
+    doc = json.loads(stdout)  # rank 0 reports; the other rank prints nothing
     records = doc["records"]
     assert [r["strategy"] for r in records] == ["ddp", "zero1", "zero2", "zero3", "hsdp"]
     for r in records:
