@@ -1,14 +1,18 @@
 """Markers by folder: tests/dist start processes (`dist`), tests/gpu need CUDA (`gpu`, skipped without it).
 Fixtures: the records measured on 2x H200 that the cost model's tests compare with.
 
-Fast lane: pytest -m "not dist and not gpu". Everything a CPU machine runs: pytest.
+Fast lane: pytest -m "not dist and not gpu" (with pytest-xdist: -n 2). Everything a CPU machine runs: pytest.
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+if "PYTEST_XDIST_WORKER" in os.environ:  # pytest -n N: N workers share the cores, one thread each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HERE = Path(__file__).parent
 BY_FOLDER = {HERE / "dist": pytest.mark.dist, HERE / "gpu": pytest.mark.gpu}

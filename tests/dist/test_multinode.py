@@ -3,10 +3,12 @@ localhost c10d rendezvous, as two hosts of a cluster would, each running topowis
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +20,17 @@ pytestmark = pytest.mark.dist
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range: between this check and torchrun binding it, no
+    socket that asks the kernel for any port (gloo's, another test's) can be handed this one."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.Random(uuid.uuid4().int).sample(range(max(1024, low - 10_000), low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def _two_nodes(args: list[str], cwd, timeout: float = 240.0) -> list[subprocess.CompletedProcess]:
@@ -99,7 +109,8 @@ def test_bench_comm_algo_runs_once_per_nccl_algo(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     records = _records(out)
-    assert [(r["algo"], r["bytes"]) for r in records] == [("Ring", 4096), ("Ring", 8192), ("Tree", 4096), ("Tree", 8192)]
+    assert [(r["algo"], r["bytes"]) for r in records] == [
+        ("Ring", 4096), ("Ring", 8192), ("Tree", 4096), ("Tree", 8192)]
     assert all(r["scope"] == "intra-node" and r["nodes"] == 1 for r in records)
 
 

@@ -39,11 +39,36 @@ def test_predict_fsdp_is_zero3(capsys):
     assert fsdp == json.loads(capsys.readouterr().out)
 
 
-def test_predict_table_renders(capsys):
-    assert main(["predict", "--model", "tiny", "--topology", "h100-nvl-8", "--gpus", "0-3",
-                 "--strategy", "hsdp", "--fabric", "pcie"]) == 0
-    out = capsys.readouterr().out
-    assert "Step time" in out and "Memory per GPU" in out and "fits" in out
+def _row(lines: list[str], name: str) -> str:
+    """The value of the table row called `name` (its last column)."""
+    (row,) = [line for line in lines if line.rsplit(None, 1)[0] == name]
+    return row.split()[-1]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "tiny", "--topology", "h100-nvl-8", "--gpus", "0-3", "--strategy", "hsdp", "--fabric", "pcie"],
+    ["--model", "llama3.2-1b", "--topology", "h200-x2", "--num-gpus", "2", "--strategy", "ddp", "--seq-len", "65536"],
+], ids=["fits", "does-not-fit"])
+def test_predict_table_shows_the_numbers_of_the_json(argv, capsys):
+    """The table is the same prediction as --json: step time, tokens/s, every collective, the peak, and a
+    verdict that follows from the peak against the usable memory (5% kept free by the default profile)."""
+    assert main(["predict", *argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["predict", *argv]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert _row(lines, "step") == f"{doc['step_time_s'] * 1e3:,.2f}"
+    assert (f"{doc['tokens_per_s']:,.0f} tokens/s ({doc['tokens_per_s_per_gpu']:,.0f} per GPU), "
+            f"MFU {doc['mfu']:.1%}") in lines
+    ops = {c["op"] for c in doc["time"]["collectives"]}
+    assert sum(line.split()[0] in ops for line in lines) == len(doc["time"]["collectives"]) > 0
+    memory = doc["memory"]
+    assert _row(lines, "peak") == f"{memory['peak_bytes'] / 2**30:,.2f}"
+    assert _row(lines, "GPU memory") == f"{memory['gpu_memory_bytes'] / 2**30:,.2f}"
+    usable = 0.95 * memory["gpu_memory_bytes"]
+    assert doc["fits"] == (memory["peak_bytes"] <= usable)
+    verdict = lines[-1]
+    assert verdict.startswith("fits: peak " if doc["fits"] else "does not fit: peak ")
+    assert f"{memory['peak_bytes'] / 2**30:,.2f} GiB" in verdict and f"{usable / 2**30:,.2f} GiB usable" in verdict
 
 
 @pytest.mark.parametrize("extra", [["--micro-batch", "0"], ["--seq-len", "-5"], ["--strategy", "zero9"],
