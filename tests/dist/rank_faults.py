@@ -35,8 +35,6 @@ def train_rank(config: dict) -> None:
 
     case = TrainCase.from_dict(config["case"])
     strategy = case.run.strategy
-    if case.run.engine == "deepspeed" and case.device == "cpu":
-        _deepspeed_without_shm_build()
     kinds = [k for s, _, k in (item.partition(":") for item in os.environ.get(FAULTS, "").split(",")) if s == strategy]
     for kind in kinds:
         marker = Path(config["result_dir"]) / "join_failed"
@@ -48,16 +46,6 @@ def train_rank(config: dict) -> None:
         if kind in ("oom", "error", "crash", "hang"):
             steps.timed_steps = lambda *args, kind=kind, **kw: _fail(kind)
     train_rank.rank_main(config)
-
-
-def _deepspeed_without_shm_build() -> None:
-    """DeepSpeed's CPU accelerator JIT-compiles a shared-memory all-reduce (deepspeed_shm_comm, about a minute
-    of g++ on two cores) the first time a machine runs it, DS_BUILD_OPS=0 notwithstanding; marked incompatible,
-    DeepSpeed's collectives go through the gloo process group, as the PyTorch engine's do."""
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import deepspeed.ops
-
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def _frozen(make_optimizer):

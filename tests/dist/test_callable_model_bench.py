@@ -33,7 +33,7 @@ def test_bench_train_runs_the_callable_under_ddp_and_fsdp(vit_runs):
 
 def test_bench_train_checkpoints_the_callables_blocks(vit_runs):
     plain = {r["strategy"]: r for r in vit_runs[0]}
-    records, check = train.bench_train(vit_request(strategies="ddp,zero3", activation_checkpointing=True))
+    records, check = train.bench_train(vit_request(strategies="ddp,zero3", checkpointing="full"))
     assert [r["status"] for r in records] == ["ok", "ok"] and check.agree, why(records)
     assert all(r["activation_checkpointing"] for r in records)
     assert not any(r["activation_checkpointing"] for r in plain.values())
