@@ -80,12 +80,11 @@ def train_deepspeed(case, rank, trace_dir: str | None = None) -> dict:
         import deepspeed
     except ImportError as exc:
         raise RuntimeError(f"DeepSpeed could not be imported on this rank ({exc}): {DEEPSPEED_INSTALL_HINT}") from None
-    if device_type == "cpu":
+    compatible_ops = getattr(getattr(deepspeed, "ops", None), "__compatible_ops__", None)
+    if device_type == "cpu" and compatible_ops is not None:
         # DS_BUILD_OPS=0 notwithstanding, the CPU accelerator JIT-builds a shared-memory all-reduce (about a
         # minute of g++) on a machine's first run; marked incompatible, its collectives go through gloo
-        import deepspeed.ops
-
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        compatible_ops["deepspeed_shm_comm"] = False
 
     from topowise.measure import steps
     from topowise.measure import strategies as S
