@@ -7,7 +7,10 @@ not counted: its compute, activations and host time come from its model profile 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topowise.costmodel.deepspeed import predict_deepspeed
+from topowise.costmodel.parallel import accumulate, predict_parallel
 from topowise.costmodel.prediction import Prediction
 from topowise.costmodel.profile import Profile, default_profile
 from topowise.costmodel.profiled import predict_profiled, require_profile
@@ -19,8 +22,8 @@ ENGINES = {"pytorch": predict_pytorch, "deepspeed": predict_deepspeed}
 
 
 def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
-    """Step time and memory per GPU for `run` on `topology`, one micro-batch per step.
-    fabric "pcie" predicts on the same GPUs with the NVLink links taken away."""
+    """Step time and memory per GPU for `run` on `topology`, grad_accum micro-batches per optimizer step.
+    fabric "pcie" predicts on the same GPUs with the NVLink links taken away. tp, pp or cp above 1: parallel.py."""
     if run.compile and run.engine != "pytorch":
         raise UsageError("--compile is modelled for the PyTorch engine only; DeepSpeed's own compile is not "
                          "(use --engine pytorch, or leave out --compile)")
@@ -31,4 +34,8 @@ def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
             raise UsageError(f"a module:function model is predicted from its model profile as PyTorch runs it, "
                              f"not as {run.engine} does: drop --engine {run.engine}")
         return predict_profiled(require_profile(run), wired, profile or default_profile())
+    if run.has_mesh:
+        return predict_parallel(run, wired, profile or default_profile())
+    if run.grad_accum > 1:  # the engine's one micro-batch, accumulated
+        return accumulate(ENGINES[run.engine](replace(run, grad_accum=1), wired, profile or default_profile()), run)
     return ENGINES[run.engine](run, wired, profile or default_profile())
