@@ -82,3 +82,32 @@ def test_accumulation_charges_the_optimizer_once_per_step(strategy):
     assert four.step_time_s < 4 * one.step_time_s  # one optimizer step (and DDP one all-reduce) for four
     assert four.step_time_s > 3 * one.step_time_s
     assert four.tokens_per_s > one.tokens_per_s
+
+
+def test_predict_takes_the_mesh_flags_and_its_json_carries_the_mesh(capsys):
+    import json
+
+    from tests.unit.cli_run import cli_output
+
+    code, out, _ = cli_output(["predict", "--model", "llama3.1-70b", "--topology", "8x hgx-h100-8+ib-ndr",
+                               "--num-gpus", "64", "--strategy", "fsdp", "--tp", "8", "--pp", "4",
+                               "--pp-schedule", "interleaved-1f1b", "--virtual-stages", "2", "--grad-accum", "8",
+                               "--json"], capsys)
+    assert code == 0
+    mesh = json.loads(out)["mesh"]
+    assert {k: mesh[k] for k in ("tp", "pp", "cp", "dp_shard", "dp_replicate", "schedule", "virtual_stages",
+                                 "grad_accum")} == {"tp": 8, "pp": 4, "cp": 1, "dp_shard": 2, "dp_replicate": 1,
+                                                    "schedule": "interleaved-1f1b", "virtual_stages": 2,
+                                                    "grad_accum": 8}
+    assert mesh["bubble_s"] > 0 and mesh["peak_stage"] == 0
+    code, out, err = cli_output(["predict", "--model", "llama3.1-70b", "--topology", "8x hgx-h100-8+ib-ndr",
+                                 "--num-gpus", "64", "--strategy", "fsdp", "--tp", "3"], capsys)
+    assert code == 2 and err.strip() == ("topowise: error: 64 GPUs do not divide by tp 3 x pp 1 x cp 1 = 3 (they "
+                                         "leave 1); the data-parallel degree would not be whole")
+
+
+def test_gpt3_175b_preset_has_the_megatron_papers_parameter_count():
+    # SC'21 eq. 2, 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), leaves out the final LayerNorm (2h)
+    l, h, v, s = 96, 12288, 51200, 2048
+    eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+    assert load_model("gpt3-175b").params == pytest.approx(eq2 + 2 * h, abs=1)
