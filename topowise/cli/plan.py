@@ -12,7 +12,7 @@ from topowise.cli.flags import add_model_arguments
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 
-EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan")
+EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan", "megatron")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
