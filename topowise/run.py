@@ -87,7 +87,8 @@ STEP_PHASES = ("forward", "backward", "optimizer")
 # The mesh's settings and their defaults: a run at these is the data-parallel run it was before the mesh
 # (its JSON leaves them out, so records and plans read as they did)
 MESH_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "sequence_parallel": True, "pp_schedule": "1f1b",
-                 "virtual_stages": 1, "grad_accum": 1}
+                 "virtual_stages": 1, "grad_accum": 1, "pp_split": "balanced"}
+PP_SPLITS = ("balanced", "even")  # torchtitan's split (embedding and output count as a layer each); Megatron's
 
 
 def normalize_strategy(name: str) -> str:
@@ -198,6 +199,7 @@ class Run:
     pp_schedule: str = "1f1b"  # 1f1b | interleaved-1f1b | zb-h1 (costmodel/pipeline.py)
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved-1f1b)
     grad_accum: int = 1  # micro-batches per optimizer step
+    pp_split: str = "balanced"  # layers over stages: "balanced" (torchtitan's default) or "even" (Megatron's)
 
     def __post_init__(self) -> None:
         # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
@@ -260,7 +262,14 @@ class Run:
             raise UsageError(f"a pipeline schedule and virtual stages need pp > 1 (pp is 1; schedule "
                              f"{self.pp_schedule}, virtual stages {self.virtual_stages})")
         validate_schedule(self.pp_schedule, self.pp, self.grad_accum, self.virtual_stages)
-        split_layers(self.model.num_layers, self.pp, self.virtual_stages)  # refuses too few layers, with the sums
+        if self.pp_split not in PP_SPLITS:
+            raise UsageError(f"unknown layer split {self.pp_split!r}; choose one of {', '.join(PP_SPLITS)}")
+        _ = self.layer_split  # refuses too few layers (or an uneven even split), with the sums
+
+    @property
+    def layer_split(self):
+        """Transformer layers per virtual stage (costmodel.pipeline.split_layers)."""
+        return split_layers(self.model.num_layers, self.pp, self.virtual_stages, even=self.pp_split == "even")
 
     @property
     def has_mesh(self) -> bool:

@@ -44,7 +44,7 @@ from topowise.costmodel.flops import (
 )
 from topowise.costmodel.gemm import block_linears, linear_seconds
 from topowise.costmodel.memory import CUBLAS_WORKSPACE_BYTES, breakdown_at_peak, fits, pytorch_state_bytes
-from topowise.costmodel.pipeline import LayerSplit, peak_activation_layers, pipeline_time, split_layers
+from topowise.costmodel.pipeline import LayerSplit, peak_activation_layers, pipeline_time
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.step import (
@@ -252,7 +252,7 @@ def predict_parallel(run: Run, topology, profile: Profile) -> Prediction:
     """Step time and memory per GPU of a placed run with tp x pp x cp > 1 (module docstring)."""
     model, m = run.model, run.grad_accum
     mesh = mesh_of(run)
-    split = split_layers(model.num_layers, run.pp, run.virtual_stages)
+    split = run.layer_split
     block, tp_collectives = block_cost(run, topology, profile, mesh)
     head_f, head_dx, head_dw = head_cost(run, topology, profile)
     stages = run.pp * run.virtual_stages
