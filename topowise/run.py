@@ -393,8 +393,8 @@ def place(run: Run, topology) -> Run:
     for g in run.gpus:
         topology.gpu(g)  # UsageError for a GPU the topology lacks
     if run.spec.replicated and run.shard_group_size is None:
-        if run.has_mesh:  # the data-parallel GPUs of one model replica's rank: its island share
-            return replace(run, shard_group_size=math.gcd(run.dp, max(1, default_shard_group_size(
-                topology, run.gpus) // (run.tp * run.cp))))
+        if run.has_mesh:  # the island's room beside tp x cp, else (tp x cp fill it) every data-parallel GPU
+            room = default_shard_group_size(topology, run.gpus) // (run.tp * run.cp)
+            return replace(run, shard_group_size=math.gcd(run.dp, room) if room > 1 else run.dp)
         return replace(run, shard_group_size=default_shard_group_size(topology, run.gpus))
     return run

@@ -154,9 +154,10 @@ def mesh_line(p) -> str:
                     f"bubble {_ms(m['bubble_s'])} ms ({m['bubble_fraction']:.0%}); memory peaks on pipeline rank "
                     f"{m['peak_stage']}")
     sp = ", sequence parallel" if m.get("sequence_parallel") else ""
+    micro = "micro-batches" if m["grad_accum"] > 1 else "micro-batch"
     return (f"mesh tp {m['tp']}{sp} x pp {m['pp']} x cp {m['cp']} x dp {p.run.dp} (shard {m['dp_shard']}, "
-            f"replicate {m['dp_replicate']}); {m['grad_accum']} micro-batches a step (global batch "
-            f"{m['global_batch']}){pipeline}")
+            f"replicate {m['dp_replicate']}); {m['grad_accum']} {micro} a step (global batch {m['global_batch']})"
+            f"{pipeline}")
 
 
 def memory_verdict(p, headroom: float) -> str:

@@ -240,7 +240,8 @@ def rank_memory(run: Run, split: LayerSplit, profile: Profile, gpu_memory_bytes:
         buffers = {"unsharded bf16 params (2 blocks)": 2 * 2 * model.layer_params / run.tp} if run.spec.fsdp else {}
         total = sum(state.values()) + acts + logits + sum(buffers.values())
         if best is None or total > best[0]:
-            name = f"pipeline rank {rank} (stages {', '.join(map(str, split.stages_of(rank)))})"
+            stages = split.stages_of(rank)
+            name = f"pipeline rank {rank} (stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))})"
             best = (total, rank, state, {name: (state["grads"], acts, logits, buffers)})
     _, rank, state, phase = best
     memory = breakdown_at_peak(phase, state["params"], state["optimizer"], gpu_memory_bytes, profile,
