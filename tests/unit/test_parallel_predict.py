@@ -115,7 +115,7 @@ def test_gpt3_175b_preset_has_the_megatron_papers_parameter_count():
 
 def test_megatron_table1_rows_are_predicted_within_the_published_error_band(capsys):
     """benchmarks/published_megatron.py: SC'21 Table 1 with the 2021 runs' unfused attention added is within
-    13% on every row (10% mean); without it (flash attention) every row is predicted faster than published."""
+    12% on every row (8% mean); without it (flash attention) every row is predicted faster than that."""
     import json
     import runpy
     import statistics
@@ -125,5 +125,5 @@ def test_megatron_table1_rows_are_predicted_within_the_published_error_band(caps
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 10 and all(r["fits"] for r in rows)
     assert all(r["error"] > r["error_2021"] for r in rows)
-    assert max(abs(r["error_2021"]) for r in rows) < 0.13
-    assert statistics.mean(abs(r["error_2021"]) for r in rows) < 0.10
+    assert max(abs(r["error_2021"]) for r in rows) < 0.12
+    assert statistics.mean(abs(r["error_2021"]) for r in rows) < 0.08
