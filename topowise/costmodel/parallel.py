@@ -90,15 +90,39 @@ def narrowed_linears(run: Run) -> dict[str, tuple[int, int]]:
             for name, (out, inp) in block_linears(run.model).items()}
 
 
-def priced(ops, groups, topology, profile: Profile, phase: str, scale: float = 1.0) -> tuple[CollectiveCost, ...]:
+def distinct_groups(groups, topology) -> list:
+    """One group of each kind the collectives model tells apart, so that the slowest is found without pricing
+    hundreds of alike groups: inside a node, its local indices (alike nodes price alike); across nodes, the nodes
+    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone)."""
+    seen: dict[tuple, tuple] = {}
+    for g in groups:
+        per = topology.per_node(g)
+        if len(per) < 2:
+            key: tuple = ("node", *per.values())
+        else:
+            locals_ = tuple(sorted(set(per.values()))) if min(len(v) for v in per.values()) > 1 else ()
+            key = ("net", tuple(per), locals_)
+        seen.setdefault(key, tuple(g))
+    return list(seen.values())
+
+
+def priced(ops, groups, topology, profile: Profile, phase: str) -> tuple[CollectiveCost, ...]:
     """tensor_parallel's Collective list priced over the mesh groups (the slowest group sets the time)."""
-    return tuple(collective(c.op, c.size_bytes, "bf16", groups[0], topology, c.count, phase, profile,
-                            list(groups), unit="block") for c in ops if c.group_size > 1)
+    kinds = distinct_groups(groups, topology)
+    return tuple(collective(c.op, c.size_bytes, "bf16", kinds[0], topology, c.count, phase, profile,
+                            kinds, unit="block") for c in ops if c.group_size > 1)
 
 
 def p2p_seconds(nbytes: float, pair, topology, profile: Profile) -> float:
     """One send of `nbytes` between two GPUs: a 2-rank broadcast moves exactly those bytes once (busbw factor 1)."""
     return call_cost("broadcast", nbytes, pair, topology, profile)[0] if nbytes else 0.0
+
+
+def slowest_send(nbytes: float, mesh: Mesh, topology, profile: Profile) -> float:
+    """The slowest send between neighbouring pipeline stages: pairs on the same two nodes price alike (across
+    nodes), and so do pairs with the same local indices inside a node."""
+    pairs = [(g[i], g[i + 1]) for g in mesh.groups("pp") for i in range(len(g) - 1)]
+    return max(p2p_seconds(nbytes, pair, topology, profile) for pair in distinct_groups(pairs, topology))
 
 
 def recompute_words(run: Run) -> str:
@@ -187,18 +211,18 @@ def dp_collectives(run: Run, topology, profile: Profile, mesh: Mesh, local_param
     """The data-parallel collectives of one optimizer step on one rank's `local_params` (after the tp split)."""
     out: list[CollectiveCost] = []
     if run.spec.fsdp:
-        fsdp = mesh.groups("fsdp")
+        fsdp = distinct_groups(mesh.groups("fsdp"), topology)
         if len(fsdp[0]) > 1:
             out.append(collective("all_gather", 2 * local_params, "bf16", fsdp[0], topology, 1, FORWARD, profile,
                                   list(fsdp), unit="stage"))
             out.append(collective("reduce_scatter", 4 * local_params, "fp32", fsdp[0], topology, 1, BACKWARD,
                                   profile, list(fsdp), unit="stage"))
-        reps = mesh.groups("dp_replicate")
+        reps = distinct_groups(mesh.groups("dp_replicate"), topology)
         if len(reps[0]) > 1:
             out.append(collective("all_reduce", 4 * local_params / len(fsdp[0]), "fp32", reps[0], topology, 1,
                                   BACKWARD, profile, list(reps), unit="stage"))
         return out
-    loss = mesh.groups("loss")
+    loss = distinct_groups(mesh.groups("loss"), topology)
     if len(loss[0]) > 1:
         out.append(collective("all_reduce", 4 * local_params, "fp32", loss[0], topology, 1, BACKWARD, profile,
                               list(loss), unit="stage"))
@@ -265,8 +289,7 @@ def predict_parallel(run: Run, topology, profile: Profile) -> Prediction:
     if run.pp > 1:  # the slowest pair of neighbouring stage GPUs sets the hop
         nbytes = pp_send_bytes(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size, tp=run.tp,
                                cp=run.cp, sp=run.sequence_parallel and run.tp > 1)
-        send_s = max(p2p_seconds(nbytes, (g[i], g[i + 1]), topology, profile)
-                     for g in mesh.groups("pp") for i in range(len(g) - 1))
+        send_s = slowest_send(nbytes, mesh, topology, profile)
     if run.pp_schedule == "zb-h1":
         pipe = pipeline_time("zb-h1", run.pp, m, 1, fwd, dx, dw, send_s=send_s)
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from topowise.errors import UsageError
 
@@ -49,6 +50,9 @@ class Mesh:
     def groups(self, dim: str) -> tuple[tuple[Hashable, ...], ...]:
         """The GPUs of each group of `dim` (one of DIMS or FLATTENED), each in rank order; groups ordered
         by their first rank."""
+        return _groups(self, dim)
+
+    def _groups(self, dim: str) -> tuple[tuple[Hashable, ...], ...]:
         members = FLATTENED.get(dim, (dim,))
         if any(m not in DIMS for m in members):
             raise UsageError(f"unknown mesh dimension {dim!r}; choose one of {', '.join(DIMS + tuple(FLATTENED))}")
@@ -64,6 +68,11 @@ class Mesh:
 
     def describe(self) -> str:
         return " x ".join(f"{d} {getattr(self, d)}" for d in DIMS)
+
+
+@lru_cache(maxsize=512)
+def _groups(mesh: Mesh, dim: str) -> tuple[tuple[Hashable, ...], ...]:
+    return mesh._groups(dim)  # a planner prices many candidates on one mesh: each mesh's groups once
 
 
 def build_mesh(gpus: Sequence[Hashable], *, dp_replicate: int = 1, dp_shard: int = -1, cp: int = 1, tp: int = 1,
