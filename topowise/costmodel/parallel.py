@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from topowise import hardware
 from topowise.costmodel.collectives import call_cost, collective
@@ -44,7 +45,7 @@ from topowise.costmodel.flops import (
 )
 from topowise.costmodel.gemm import block_linears, linear_seconds
 from topowise.costmodel.memory import CUBLAS_WORKSPACE_BYTES, breakdown_at_peak, fits, pytorch_state_bytes
-from topowise.costmodel.pipeline import LayerSplit, peak_activation_layers, pipeline_time
+from topowise.costmodel.pipeline import LayerSplit, in_flight, peak_activation_layers, pipeline_time
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.step import (
@@ -106,6 +107,12 @@ def distinct_groups(groups, topology) -> list:
     return list(seen.values())
 
 
+@lru_cache(maxsize=1024)
+def mesh_group_kinds(mesh: Mesh, dim: str, topology) -> tuple[tuple, ...]:
+    """distinct_groups of one mesh dimension, once per mesh and topology (a planner prices many runs on each)."""
+    return tuple(distinct_groups(mesh.groups(dim), topology))
+
+
 def priced(ops, groups, topology, profile: Profile, phase: str) -> tuple[CollectiveCost, ...]:
     """tensor_parallel's Collective list priced over the mesh groups (the slowest group sets the time)."""
     kinds = distinct_groups(groups, topology)
@@ -149,12 +156,12 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     attn_b = FLASH_BACKWARD_SHARE * attention / attention_rate
     tp_ops = tp_block_collectives(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,
                                   tp=run.tp, cp=run.cp, sp=run.sequence_parallel)
-    tp_groups = mesh.groups("tp")
+    tp_groups = mesh_group_kinds(mesh, "tp", topology)
     tp_fwd = priced([c for c in tp_ops if c.phase == "forward"], tp_groups, topology, profile, FORWARD)
     tp_bwd = priced([c for c in tp_ops if c.phase == "backward"], tp_groups, topology, profile, BACKWARD)
     cp_ops = cp_ring_exchanges(seq=run.seq_len, micro_batch=run.micro_batch, kv_heads=model.num_kv_heads,
                                head_dim=model.head_dim, cp=run.cp, tp=run.tp)
-    cp_groups = mesh.groups("cp")
+    cp_groups = mesh_group_kinds(mesh, "cp", topology)
     cp_fwd = sum(p2p_seconds(c.size_bytes, cp_groups[0][:2], topology, profile) * c.count
                  for c in cp_ops if c.phase == "forward")
     cp_bwd = sum(p2p_seconds(c.size_bytes, cp_groups[0][:2], topology, profile) * c.count
@@ -207,22 +214,48 @@ def stage_params(run: Run, split: LayerSplit, rank: int) -> float:
     return params
 
 
+_MEMO: dict[tuple, object] = {}  # a planner prices many runs that share a mesh: each collective once
+
+
+def memoized(key: tuple, topology, profile: Profile, compute):
+    """compute() once per key on this topology and profile (the topology's identity and name, the profile's
+    fingerprint), the memo emptied when it grows past 4096 entries."""
+    full = (id(topology), topology.name, profile.fingerprint, *key)
+    if full not in _MEMO:
+        if len(_MEMO) > 4096:
+            _MEMO.clear()
+        _MEMO[full] = compute()
+    return _MEMO[full]
+
+
 def dp_collectives(run: Run, topology, profile: Profile, mesh: Mesh, local_params: float) -> list[CollectiveCost]:
     """The data-parallel collectives of one optimizer step on one rank's `local_params` (after the tp split)."""
+    return list(memoized(("dp", mesh, run.strategy, run.grad_accum, local_params), topology, profile,
+                         lambda: _dp_collectives(run, topology, profile, mesh, local_params)))
+
+
+def _dp_collectives(run: Run, topology, profile: Profile, mesh: Mesh, local_params: float) -> list[CollectiveCost]:
     out: list[CollectiveCost] = []
     if run.spec.fsdp:
-        fsdp = distinct_groups(mesh.groups("fsdp"), topology)
+        # without pp, FSDP2 gathers and reduce-scatters every micro-batch (zero3 gathers again in backward); with pp,
+        # torchtitan keeps the stage gathered (reshard_after_forward False) and the schedule syncs the gradients
+        # on the last micro-batch only: once a step
+        passes = run.grad_accum if run.pp == 1 else 1
+        fsdp = list(mesh_group_kinds(mesh, "fsdp", topology))
         if len(fsdp[0]) > 1:
-            out.append(collective("all_gather", 2 * local_params, "bf16", fsdp[0], topology, 1, FORWARD, profile,
+            out.append(collective("all_gather", 2 * local_params, "bf16", fsdp[0], topology, passes, FORWARD, profile,
                                   list(fsdp), unit="stage"))
-            out.append(collective("reduce_scatter", 4 * local_params, "fp32", fsdp[0], topology, 1, BACKWARD,
+            if run.pp == 1 and run.spec.reshard_after_forward:
+                out.append(collective("all_gather", 2 * local_params, "bf16", fsdp[0], topology, passes, BACKWARD,
+                                      profile, list(fsdp), unit="stage"))
+            out.append(collective("reduce_scatter", 4 * local_params, "fp32", fsdp[0], topology, passes, BACKWARD,
                                   profile, list(fsdp), unit="stage"))
-        reps = distinct_groups(mesh.groups("dp_replicate"), topology)
+        reps = list(mesh_group_kinds(mesh, "dp_replicate", topology))
         if len(reps[0]) > 1:
             out.append(collective("all_reduce", 4 * local_params / len(fsdp[0]), "fp32", reps[0], topology, 1,
                                   BACKWARD, profile, list(reps), unit="stage"))
         return out
-    loss = distinct_groups(mesh.groups("loss"), topology)
+    loss = list(mesh_group_kinds(mesh, "loss", topology))
     if len(loss[0]) > 1:
         out.append(collective("all_reduce", 4 * local_params, "fp32", loss[0], topology, 1, BACKWARD, profile,
                               list(loss), unit="stage"))
@@ -258,10 +291,17 @@ def rank_memory(run: Run, split: LayerSplit, profile: Profile, gpu_memory_bytes:
     best = None
     for rank in range(run.pp):
         state = pytorch_state_bytes(stage_params(run, split, rank) / run.tp, run.spec, run.shard_size)
-        alive = peak_activation_layers(run.pp_schedule, split, run.grad_accum, rank)
+        if run.virtual_stages == 1:  # one stage a rank: its layers x the micro-batches it holds (exact)
+            alive = split.layers[rank] * in_flight(run.pp_schedule, run.pp, run.grad_accum, 1, rank)
+        else:  # chunks of different sizes: walk the order
+            alive = peak_activation_layers(run.pp_schedule, split, run.grad_accum, rank)
         acts = alive * per_layer + rerun
         logits = tokens * model.vocab_size / run.tp * (4 + 2) if rank == run.pp - 1 else 0.0  # fp32 + bf16 logits
-        buffers = {"unsharded bf16 params (2 blocks)": 2 * 2 * model.layer_params / run.tp} if run.spec.fsdp else {}
+        buffers = {}
+        if run.spec.fsdp and run.pp > 1:  # torchtitan keeps the stage gathered from forward to backward with pp
+            buffers = {"unsharded bf16 params (the stage)": 2 * stage_params(run, split, rank) / run.tp}
+        elif run.spec.fsdp:
+            buffers = {"unsharded bf16 params (2 blocks)": 2 * 2 * model.layer_params / run.tp}
         total = sum(state.values()) + acts + logits + sum(buffers.values())
         if best is None or total > best[0]:
             stages = split.stages_of(rank)
@@ -273,8 +313,9 @@ def rank_memory(run: Run, split: LayerSplit, profile: Profile, gpu_memory_bytes:
     return memory, rank
 
 
-def predict_parallel(run: Run, topology, profile: Profile) -> Prediction:
-    """Step time and memory per GPU of a placed run with tp x pp x cp > 1 (module docstring)."""
+def predict_parallel(run: Run, topology, profile: Profile, exact: bool = True) -> Prediction:
+    """Step time and memory per GPU of a placed run with tp x pp x cp > 1 (module docstring). exact False prices
+    the pipeline as if every stage were the slowest (the closed form, no replay: a planner's first pass)."""
     model, m = run.model, run.grad_accum
     mesh = mesh_of(run)
     split = run.layer_split
@@ -289,7 +330,14 @@ def predict_parallel(run: Run, topology, profile: Profile) -> Prediction:
     if run.pp > 1:  # the slowest pair of neighbouring stage GPUs sets the hop
         nbytes = pp_send_bytes(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size, tp=run.tp,
                                cp=run.cp, sp=run.sequence_parallel and run.tp > 1)
-        send_s = slowest_send(nbytes, mesh, topology, profile)
+        send_s = memoized(("send", mesh, nbytes), topology, profile,
+                          lambda: slowest_send(nbytes, mesh, topology, profile))
+    if not exact:  # every stage as the slowest, and the sends as a fill-and-drain cost: closed forms only
+        slowest = max(range(stages), key=lambda i: fwd[i] + dx[i] + dw[i])
+        fwd, dx, dw = ([x[slowest]] * stages for x in (fwd, dx, dw))
+        send_s, pipe_send = 0.0, 2 * (stages - 1) * send_s
+    else:
+        pipe_send = 0.0
     if run.pp_schedule == "zb-h1":
         pipe = pipeline_time("zb-h1", run.pp, m, 1, fwd, dx, dw, send_s=send_s)
     else:
@@ -308,7 +356,7 @@ def predict_parallel(run: Run, topology, profile: Profile) -> Prediction:
     dp_exposed = exposed_time(dp_fwd, rank_fwd, overlap) + exposed_time(dp_bwd, rank_bwd, overlap) + dp_after
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local / run.shard_size / hbm
-    step = pipe.step_s + dp_exposed + optimizer_s
+    step = pipe.step_s + pipe_send + dp_exposed + optimizer_s
 
     tp_per_micro = split.layers_on_rank(heaviest) * block.comm_s  # TP and CP exposed, one micro-batch
     exposed = m * tp_per_micro + dp_exposed + (pipe.step_s - pipe.compute_s - pipe.bubble_s)
