@@ -38,3 +38,19 @@ def test_405b_on_64_hgx_nodes_gets_a_fitting_model_parallel_plan():
     best = found.best.run
     assert best.tp * best.pp > 1 and best.global_batch == 1024  # 405B does not fit with data parallelism alone
     assert found.pruned_by_memory > 0
+
+
+def test_plan_mesh_prints_the_ranked_meshes_and_exports_the_fastest_the_launcher_runs(capsys):
+    import json
+
+    from tests.unit.cli_run import cli_output
+
+    code, out, _ = cli_output(["plan", "--mesh", "--model", "llama3.1-8b", "--topology", "h100-nvl-8", "--seq-len",
+                               "8192", "--global-batch", "16", "--export", "torchtitan", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["why"].startswith("TP up to 2") and data["plans"]
+    assert all((p.get("mesh") or {"tp": 1})["tp"] <= 2 for p in data["plans"])
+    text = data["export"]["text"]
+    # torchtitan runs no one-stage zero-bubble schedule: the export is the fastest plan it can run
+    assert "pipeline_parallel_schedule ZB" not in text and "--training.global_batch_size 16" in text

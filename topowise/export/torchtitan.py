@@ -64,6 +64,8 @@ def mesh_args(plan: LaunchPlan, args: list[str]) -> list[str]:
     out = args + ["--parallelism.tensor_parallel_degree", str(run.tp),
                   "--parallelism.context_parallel_degree", str(run.cp)]
     if run.pp > 1:
+        if "--parallelism.fsdp_reshard_after_forward" in out:  # torchtitan's default keeps the stage gathered with pp
+            out[out.index("--parallelism.fsdp_reshard_after_forward") + 1] = "default"
         out += ["--parallelism.pipeline_parallel_degree", str(run.pp),
                 "--parallelism.pipeline_parallel_schedule", SCHEDULE_NAMES[run.pp_schedule],
                 "--parallelism.pipeline_parallel_microbatch_size", str(run.micro_batch)]
