@@ -110,3 +110,13 @@ def test_torchtitan_parallelism_loads_through_its_config_manager(torchtitan_conf
     # a data-parallel plan that accumulates: global = local x dp x 4
     acc = torchtitan_config_manager().parse_args(torchtitan_args(mesh_plan(gpus=8, strategy="zero3", grad_accum=4)))
     assert (acc.training.local_batch_size, acc.training.global_batch_size) == (1, 32)
+
+
+def test_a_mesh_plan_round_trips_through_its_plan_file(tmp_path):
+    from topowise.export import load_plan_file
+
+    plan = mesh_plan(tp=8, pp=4, pp_schedule="interleaved-1f1b", virtual_stages=2, grad_accum=8)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    again = load_plan_file(str(path))
+    assert again == plan and (again.run.tp, again.run.pp, again.run.virtual_stages) == (8, 4, 2)
