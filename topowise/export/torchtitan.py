@@ -23,7 +23,8 @@ def torchtitan_args(plan: LaunchPlan) -> list[str]:
     """The strategy as (data_parallel_replicate_degree, data_parallel_shard_degree,
     fsdp_reshard_after_forward). torchtitan has no ZeRO-1: its nearest is FSDP that keeps parameters
     gathered after forward (ZeRO-2)."""
-    n, spec = plan.run.dp, plan.spec  # the data-parallel GPUs (all of them without tp, pp, cp)
+    # the data-parallel GPUs: all of them without tp, pp, cp (a plan-like object without a mesh has no `dp`)
+    n, spec = getattr(plan.run, "dp", plan.nproc), plan.spec
     if not spec.sharded:  # ddp
         replicate, shard, reshard = n, 1, None
     elif spec.replicated and plan.run.shard_group_size:  # hsdp
@@ -44,7 +45,7 @@ def torchtitan_args(plan: LaunchPlan) -> list[str]:
         "--training.local_batch_size", str(plan.run.micro_batch),
         "--training.seq_len", str(plan.run.seq_len),
     ]
-    if plan.run.has_mesh or plan.run.grad_accum > 1:
+    if getattr(plan.run, "has_mesh", False) or getattr(plan.run, "grad_accum", 1) > 1:
         args = mesh_args(plan, args)
     return args
 
