@@ -77,6 +77,7 @@ class BlockCost:
     input_grad_s: float
     weight_grad_s: float
     comm_s: float
+    memory_s: float  # of forward and backward: the elementwise kernels at the memory-bound rate
 
 
 def mesh_of(run: Run) -> Mesh:
@@ -171,17 +172,21 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     forward = sum(f for f, _, _ in linears.values()) + attn_f + elem_f + tp_f + cp_f
     dx = sum(d for _, d, _ in linears.values()) + attn_b + elem_b + tp_b + cp_b
     dw = sum(w for _, _, w in linears.values())
-    # recompute inside the backward: a block recomputed whole reruns its forward (collectives too); per-op
-    # selective the out and up projections (recompute_flops_per_token's choice)
+    # recompute inside the backward: a block recomputed whole ("full"; every k-th block, its share) reruns its
+    # forward, collectives too; per-op selective the out and up projections (recompute_flops_per_token's choice)
+    # and every cheap op (step.rerun_share)
     if run.per_op_checkpointing:
         rerun = ("out",) if model.family == "gpt2" else ("out", "up")
-        dx += sum(linears[n][0] for n in rerun)
+        dx += sum(linears[n][0] for n in rerun) + elem_f
+        rerun_comm, rerun_elem = 0.0, elem_f
     else:
         share = 1.0 if run.checkpointing == "full" else (
             1.0 / int(run.selective_ac_option) if run.checkpointing == "selective" else 0.0)
         dx += share * forward
-    comm = tp_f + tp_b + cp_f + cp_b
-    return BlockCost(forward_s=forward, input_grad_s=dx, weight_grad_s=dw, comm_s=comm), list(tp_fwd + tp_bwd)
+        rerun_comm, rerun_elem = share * (tp_f + cp_f), share * elem_f
+    return (BlockCost(forward_s=forward, input_grad_s=dx, weight_grad_s=dw,
+                      comm_s=tp_f + tp_b + cp_f + cp_b + rerun_comm, memory_s=elem_f + elem_b + rerun_elem),
+            list(tp_fwd + tp_bwd))
 
 
 def head_cost(run: Run, topology, profile: Profile) -> tuple[float, float, float]:
@@ -359,10 +364,11 @@ def predict_parallel(run: Run, topology, profile: Profile, exact: bool = True) -
     step = pipe.step_s + pipe_send + dp_exposed + optimizer_s
 
     tp_per_micro = split.layers_on_rank(heaviest) * block.comm_s  # TP and CP exposed, one micro-batch
-    exposed = m * tp_per_micro + dp_exposed + (pipe.step_s - pipe.compute_s - pipe.bubble_s)
+    memory_per_micro = split.layers_on_rank(heaviest) * block.memory_s
+    exposed = m * tp_per_micro + dp_exposed
     collectives = tuple(replace(c, count=c.count * split.layers_on_rank(heaviest) * m, time_s=c.time_s
                                 * split.layers_on_rank(heaviest) * m) for c in tp_collectives) + tuple(dp)
-    compute_s = m * (rank_fwd + rank_bwd) - m * tp_per_micro
+    compute_s = m * (rank_fwd + rank_bwd - tp_per_micro - memory_per_micro)
     memory, peak_rank = rank_memory(run, split, profile,
                                     topology.gpus[0].memory_bytes or topology.gpu_spec.memory_bytes)
     tokens_step = run.global_batch * run.seq_len
@@ -380,7 +386,8 @@ def predict_parallel(run: Run, topology, profile: Profile, exact: bool = True) -
     return Prediction(
         run=run, topology=topology.name, step_time_s=step, tokens_per_s=per_gpu * run.num_gpus,
         tokens_per_s_per_gpu=per_gpu,
-        time=TimeBreakdown(compute_s, sum(c.time_s for c in collectives), exposed, collectives, 0.0, optimizer_s,
+        time=TimeBreakdown(compute_s, sum(c.time_s for c in collectives), exposed, collectives, m * memory_per_micro,
+                           optimizer_s,
                            m * rank_fwd, m * rank_bwd, phases=phases),
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
