@@ -403,7 +403,7 @@ def mesh_rank(mesh: Mesh, pp_rank: int) -> int:
     return pp_rank * (len(mesh.gpus) // mesh.pp)
 
 
-def accumulate(prediction: Prediction, run: Run) -> Prediction:
+def accumulate(prediction: Prediction, run: Run, host_spread: float = 0.0) -> Prediction:
     """A data-parallel run with grad_accum micro-batches per optimizer step, from its one-micro-batch prediction:
     every micro-batch's forward and backward as predicted (FSDP2 gathers and reduce-scatters each one, as torchtitan
     runs it), but DDP's family all-reduces once (no_sync on the others, which run without their exposed
@@ -416,11 +416,20 @@ def accumulate(prediction: Prediction, run: Run) -> Prediction:
     quiet_bwd = max(phases["backward"].gpu_s - (phases["backward"].exposed_comm_s if run.spec.autocast else 0.0),
                     phases["backward"].host_s)
     step = m * fwd + (m - 1) * quiet_bwd + bwd + opt
+
+    def at(scale: float) -> float:  # the step with the host `scale` x as fast (Profile.host_spread)
+        def phase(p, gpu=None):
+            return max(phases[p].host_s * scale, phases[p].gpu_s if gpu is None else gpu)
+        quiet = phases["backward"].gpu_s - (phases["backward"].exposed_comm_s if run.spec.autocast else 0.0)
+        return m * phase("forward") + (m - 1) * phase("backward", quiet) + phase("backward") + phase("optimizer")
     tokens = run.tokens * m
     per_gpu = tokens / step
+    host = m * (phases["forward"].host_s + phases["backward"].host_s) + phases["optimizer"].host_s
+    wait = m * (phases["forward"].host_wait_s + phases["backward"].host_wait_s) + phases["optimizer"].host_wait_s
     return replace(prediction, run=run, step_time_s=step, tokens_per_s=per_gpu * run.num_gpus,
                    tokens_per_s_per_gpu=per_gpu, mfu=prediction.mfu * prediction.step_time_s * m / step,
-                   time=replace(prediction.time, step_range_s=()),
+                   time=replace(prediction.time, host_s=host, host_wait_s=wait,
+                                step_range_s=(at(1 - host_spread), at(1 + host_spread)) if host_spread else ()),
                    mesh={"tp": 1, "pp": 1, "cp": 1, "dp_shard": run.dp_shard, "dp_replicate": run.dp_replicate,
                          "schedule": run.pp_schedule, "virtual_stages": 1, "grad_accum": m,
                          "global_batch": run.global_batch, "bubble_s": 0.0, "peak_stage": 0})

@@ -33,9 +33,11 @@ def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
         if run.engine != "pytorch":
             raise UsageError(f"a module:function model is predicted from its model profile as PyTorch runs it, "
                              f"not as {run.engine} does: drop --engine {run.engine}")
-        return predict_profiled(require_profile(run), wired, profile or default_profile())
+        one = predict_profiled(require_profile(replace(run, grad_accum=1)), wired, profile or default_profile())
+        return accumulate(one, run, (profile or default_profile()).host_spread)
     if run.has_mesh:
         return predict_parallel(run, wired, profile or default_profile())
     if run.grad_accum > 1:  # the engine's one micro-batch, accumulated
-        return accumulate(ENGINES[run.engine](replace(run, grad_accum=1), wired, profile or default_profile()), run)
+        chosen = profile or default_profile()
+        return accumulate(ENGINES[run.engine](replace(run, grad_accum=1), wired, chosen), run, chosen.host_spread)
     return ENGINES[run.engine](run, wired, profile or default_profile())
