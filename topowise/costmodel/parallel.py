@@ -180,13 +180,21 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
         dx += sum(linears[n][0] for n in rerun) + elem_f
         rerun_comm, rerun_elem = 0.0, elem_f
     else:
-        share = 1.0 if run.checkpointing == "full" else (
-            1.0 / int(run.selective_ac_option) if run.checkpointing == "selective" else 0.0)
+        share = rerun_block_share(run)
         dx += share * forward
         rerun_comm, rerun_elem = share * (tp_f + cp_f), share * elem_f
     return (BlockCost(forward_s=forward, input_grad_s=dx, weight_grad_s=dw,
                       comm_s=tp_f + tp_b + cp_f + cp_b + rerun_comm, memory_s=elem_f + elem_b + rerun_elem),
             list(tp_fwd + tp_bwd))
+
+
+def rerun_block_share(run: Run) -> float:
+    """Of the blocks, the share recomputed whole in the backward: all with "full", 1/k with every k-th block."""
+    if run.checkpointing == "full":
+        return 1.0
+    if run.checkpointing == "selective" and not run.per_op_checkpointing:
+        return 1.0 / int(run.selective_ac_option)
+    return 0.0
 
 
 def head_cost(run: Run, topology, profile: Profile) -> tuple[float, float, float]:
@@ -366,8 +374,12 @@ def predict_parallel(run: Run, topology, profile: Profile, exact: bool = True) -
     tp_per_micro = split.layers_on_rank(heaviest) * block.comm_s  # TP and CP exposed, one micro-batch
     memory_per_micro = split.layers_on_rank(heaviest) * block.memory_s
     exposed = m * tp_per_micro + dp_exposed
-    collectives = tuple(replace(c, count=c.count * split.layers_on_rank(heaviest) * m, time_s=c.time_s
-                                * split.layers_on_rank(heaviest) * m) for c in tp_collectives) + tuple(dp)
+    blocks = split.layers_on_rank(heaviest) * m  # block passes of the busiest rank in a step
+    rerun = rerun_block_share(run)  # the forward's TP collectives again, in the backward's recompute
+    collectives = tuple(replace(c, count=c.count * blocks, time_s=c.time_s * blocks) for c in tp_collectives)
+    collectives += tuple(replace(c, phase=BACKWARD, count=round(c.count * blocks * rerun),
+                                 time_s=c.time_s * blocks * rerun, unit="block rerun")
+                         for c in tp_collectives if rerun and c.phase == FORWARD) + tuple(dp)
     compute_s = m * (rank_fwd + rank_bwd - tp_per_micro - memory_per_micro)
     memory, peak_rank = rank_memory(run, split, profile,
                                     topology.gpus[0].memory_bytes or topology.gpu_spec.memory_bytes)
