@@ -6,7 +6,15 @@ ParallelDims checks its degrees). What needs the wiring (which GPUs exist, the H
 NVLink island suggests) is settled by `place(run, topology)`.
 
     Run(model, gpus, strategy, micro_batch, seq_len, compile, fabric, shard_group_size, engine,
-        checkpointing, selective_ac_option)
+        checkpointing, selective_ac_option, tp, pp, cp, ep, sequence_parallel, pp_schedule, virtual_stages,
+        grad_accum)
+
+The mesh (docs/parallelism.md): tp, cp, pp and the data-parallel rest, dp = GPUs / (tp x pp x cp), which
+the strategy splits as today: ddp/zero1-3 shard over all of dp (dp_shard = dp), hsdp over its shard
+group (dp_replicate = dp / shard group). `sequence_parallel` defaults to True: torchtitan's Llama TP plan
+always shards the norms' activations (SequenceParallel), it has no switch; Megatron's --sequence-parallel
+is off unless given. `grad_accum` is micro-batches per optimizer step (the pipeline's m with pp > 1).
+`ep` is reserved: refused unless 1.
 
 Activation checkpointing has torchtitan's three modes (its `activation_checkpoint.mode`):
 "none"; "full", every block recomputed in the backward; "selective", with `selective_ac_option`
@@ -24,6 +32,8 @@ import math
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 
+from topowise.costmodel.pipeline import SCHEDULES, split_layers, validate_schedule
+from topowise.costmodel.tensor_parallel import validate_shapes
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
 
@@ -74,6 +84,11 @@ ENGINES = ("pytorch", "deepspeed")
 CHECKPOINTING = ("none", "selective", "full")  # torchtitan's activation_checkpoint.mode values
 # The phases of a training step the cost model and bench train's host timing both split a step into
 STEP_PHASES = ("forward", "backward", "optimizer")
+# The mesh's settings and their defaults: a run at these is the data-parallel run it was before the mesh
+# (its JSON leaves them out, so records and plans read as they did)
+MESH_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "sequence_parallel": True, "pp_schedule": "1f1b",
+                 "virtual_stages": 1, "grad_accum": 1, "pp_split": "balanced"}
+PP_SPLITS = ("balanced", "even")  # torchtitan's split (embedding and output count as a layer each); Megatron's
 
 
 def normalize_strategy(name: str) -> str:
@@ -176,6 +191,15 @@ class Run:
     engine: str = "pytorch"
     checkpointing: str = "none"  # none | selective | full (see the module docstring)
     selective_ac_option: str = "op"  # selective: "op" (per op) or k (every k-th block)
+    tp: int = 1  # tensor-parallel degree (innermost: inside an NVLink island)
+    pp: int = 1  # pipeline-parallel degree (stages; outermost)
+    cp: int = 1  # context-parallel degree (the sequence over cp GPUs, ring attention)
+    ep: int = 1  # expert parallelism: reserved, refused unless 1
+    sequence_parallel: bool = True  # with tp > 1 (torchtitan's Llama plan always; Megatron's --sequence-parallel)
+    pp_schedule: str = "1f1b"  # 1f1b | interleaved-1f1b | zb-h1 (costmodel/pipeline.py)
+    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved-1f1b)
+    grad_accum: int = 1  # micro-batches per optimizer step
+    pp_split: str = "balanced"  # layers over stages: "balanced" (torchtitan's default) or "even" (Megatron's)
 
     def __post_init__(self) -> None:
         # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
@@ -200,10 +224,83 @@ class Run:
             raise UsageError("no GPUs chosen: give --gpus or --num-gpus")
         if len(set(self.gpus)) != len(self.gpus):
             raise UsageError(f"GPU list {list(self.gpus)} names a GPU twice")
+        self._check_mesh()
         if self.shard_group_size is not None:
             if not self.spec.replicated:
                 raise UsageError(f"a shard group size applies to hsdp, not {self.strategy}")
-            check_shard_group_size(self.shard_group_size, self.num_gpus)
+            check_shard_group_size(self.shard_group_size, self.dp)
+
+    def _check_mesh(self) -> None:
+        """The degrees multiply to the GPU count, heads and KV heads divide by tp, the sequence by cp (2 cp
+        chunks for load-balanced causal CP), the layers over pp x virtual stages; each error with its arithmetic."""
+        for name in ("tp", "pp", "cp", "ep", "virtual_stages", "grad_accum"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{name.replace('_', ' ')} must be a whole number of at least 1, not {value!r}")
+        if self.ep != 1:
+            raise UsageError(f"expert parallelism is not modelled: give ep 1, not {self.ep}")
+        object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
+        schedule = str(self.pp_schedule).strip().lower()
+        if schedule not in SCHEDULES:
+            raise UsageError(f"unknown pipeline schedule {self.pp_schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        object.__setattr__(self, "pp_schedule", schedule)
+        model_parallel = self.tp * self.pp * self.cp
+        if self.num_gpus % model_parallel:
+            raise UsageError(f"{self.num_gpus} GPUs do not divide by tp {self.tp} x pp {self.pp} x cp {self.cp} = "
+                             f"{model_parallel} (they leave {self.num_gpus % model_parallel}); the data-parallel "
+                             "degree would not be whole")
+        if not self.has_mesh:
+            return
+        if self.model.family == "callable":
+            raise UsageError("a module:function model is predicted from its one-GPU profile: tp, pp and cp must be 1")
+        if self.engine != "pytorch":
+            raise UsageError(f"tensor, pipeline and context parallelism are modelled for --engine pytorch "
+                             f"(torchtitan, Megatron-LM), not {self.engine}")
+        validate_shapes(heads=self.model.num_heads, kv_heads=self.model.num_kv_heads, seq=self.seq_len, tp=self.tp,
+                        cp=self.cp, sp=self.sequence_parallel and self.tp > 1)
+        if self.pp == 1 and (self.virtual_stages != 1 or self.pp_schedule != "1f1b"):
+            raise UsageError(f"a pipeline schedule and virtual stages need pp > 1 (pp is 1; schedule "
+                             f"{self.pp_schedule}, virtual stages {self.virtual_stages})")
+        validate_schedule(self.pp_schedule, self.pp, self.grad_accum, self.virtual_stages)
+        if self.pp_split not in PP_SPLITS:
+            raise UsageError(f"unknown layer split {self.pp_split!r}; choose one of {', '.join(PP_SPLITS)}")
+        _ = self.layer_split  # refuses too few layers (or an uneven even split), with the sums
+
+    @property
+    def layer_split(self):
+        """Transformer layers per virtual stage (costmodel.pipeline.split_layers)."""
+        return split_layers(self.model.num_layers, self.pp, self.virtual_stages, even=self.pp_split == "even")
+
+    @property
+    def has_mesh(self) -> bool:
+        """tp, pp or cp above 1: predicted by costmodel/parallel.py, not the data-parallel formulas."""
+        return self.tp * self.pp * self.cp > 1
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: the GPUs tp x pp x cp leave."""
+        return self.num_gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def dp_shard(self) -> int:
+        """GPUs of the data-parallel dimension the state is sharded over (torchtitan's dp_shard): the shard group
+        for hsdp, all of dp for zero1-3, 1 for ddp."""
+        if not self.spec.sharded:
+            return 1
+        if self.spec.replicated:
+            if self.shard_group_size is None:
+                raise ValueError("hsdp's shard group is unknown until place(run, topology)")
+            return self.shard_group_size
+        return self.dp
+
+    @property
+    def dp_replicate(self) -> int:
+        return self.dp // self.dp_shard
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step: micro-batch x accumulation x data-parallel degree."""
+        return self.micro_batch * self.grad_accum * self.dp
 
     @property
     def activation_checkpointing(self) -> bool:
@@ -234,19 +331,17 @@ class Run:
 
     @property
     def shard_size(self) -> int:
-        """GPUs a sharded state is split over: the shard group for hsdp, every GPU for zero1-3, 1 for ddp."""
-        if not self.spec.sharded:
-            return 1
-        if self.spec.replicated:
-            if self.shard_group_size is None:
-                raise ValueError("hsdp's shard group is unknown until place(run, topology)")
-            return self.shard_group_size
-        return self.num_gpus
+        """GPUs a sharded state is split over: the shard group for hsdp, every data-parallel GPU for zero1-3 (x cp:
+        torchtitan's fsdp dimension is dp_shard x cp), 1 for ddp."""
+        return self.dp_shard * self.cp if self.spec.sharded else 1
 
     def to_dict(self) -> dict:
         """Every field, the model as its shape; `activation_checkpointing` too, after the sequence (the key
-        JSON had before the modes)."""
+        JSON had before the modes). The mesh's settings only when one differs from MESH_DEFAULTS."""
         data = dict(asdict(self), model=self.model.to_dict(), gpus=list(self.gpus))
+        if all(data[k] == v for k, v in MESH_DEFAULTS.items()):
+            for k in MESH_DEFAULTS:
+                del data[k]
         at = list(data).index("seq_len") + 1
         items = list(data.items())
         return dict([*items[:at], ("activation_checkpointing", self.activation_checkpointing), *items[at:]])
@@ -298,5 +393,8 @@ def place(run: Run, topology) -> Run:
     for g in run.gpus:
         topology.gpu(g)  # UsageError for a GPU the topology lacks
     if run.spec.replicated and run.shard_group_size is None:
+        if run.has_mesh:  # the island's room beside tp x cp, else (tp x cp fill it) every data-parallel GPU
+            room = default_shard_group_size(topology, run.gpus) // (run.tp * run.cp)
+            return replace(run, shard_group_size=math.gcd(run.dp, room) if room > 1 else run.dp)
         return replace(run, shard_group_size=default_shard_group_size(topology, run.gpus))
     return run

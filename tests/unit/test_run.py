@@ -107,3 +107,38 @@ def test_json_with_two_different_modes_is_refused():
 def test_a_run_takes_no_checkpointing_flag_only_the_mode():
     with pytest.raises(TypeError):
         Run(model=TINY, gpus=(0, 1), strategy="zero3", activation_checkpointing=True)  # type: ignore[call-arg]
+
+
+LLAMA70 = load_model("llama3.1-70b")
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"tp": 3}, "64 attention heads do not split over tp 3: 64 % 3 = 1"),
+    ({"tp": 16}, "8 KV heads do not split over tp 16: 8 % 16 = 8"),
+    ({"tp": 5}, "48 GPUs do not divide by tp 5 x pp 1 x cp 1 = 5 (they leave 3)"),
+    ({"ep": 2}, "expert parallelism is not modelled: give ep 1, not 2"),
+    ({"cp": 8, "seq_len": 4104}, "sequence 4104 does not split over 2 x cp 8 = 16 chunks"),
+    ({"pp": 4, "pp_schedule": "interleaved-1f1b", "virtual_stages": 2, "grad_accum": 6},
+     "6 micro-batches over pp 4 leave 2; use 4 or 8"),
+    ({"pp": 2, "virtual_stages": 2}, "1f1b runs one stage per rank; virtual stages 2 need interleaved-1f1b"),
+    ({"pp_schedule": "gpipe"}, "unknown pipeline schedule 'gpipe'"),
+    ({"grad_accum": 0}, "grad accum must be a whole number of at least 1, not 0"),
+    ({"tp": 2, "engine": "deepspeed"}, "modelled for --engine pytorch"),
+    ({"pp": 96, "gpus": tuple(range(96))}, "80 layers + embedding + output = 82 layer-equivalents do not fill pp 96"),
+])
+def test_a_wrong_mesh_is_refused_with_its_arithmetic(kwargs, words):
+    args = {"model": LLAMA70, "gpus": tuple(range(48)), "strategy": "zero3", **kwargs}
+    with pytest.raises(UsageError) as err:
+        Run(**args)
+    assert words in str(err.value)
+
+
+def test_the_mesh_leaves_the_data_parallel_rest_and_round_trips_through_json():
+    run = Run(model=LLAMA70, gpus=tuple(range(64)), strategy="zero3", tp=8, pp=4, pp_schedule="interleaved-1f1b",
+              virtual_stages=2, grad_accum=8)
+    assert (run.dp, run.dp_shard, run.dp_replicate, run.shard_size, run.global_batch) == (2, 2, 1, 2, 16)
+    assert Run.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    # a run without a mesh writes the JSON it wrote before the mesh existed
+    plain = Run(model=TINY, gpus=(0, 1), strategy="ddp")
+    assert not {"tp", "pp", "cp", "grad_accum", "pp_schedule"} & set(plain.to_dict())
+    assert Run.from_dict(plain.to_dict()) == plain

@@ -171,7 +171,8 @@ def test_executed_flops_stay_under_the_peak_up_to_the_longest_sequence_taken(nam
 def test_presets_carry_their_published_context():
     assert {n: s.context_length for n, s in PRESETS.items() if n != "tiny"} == {
         "gpt2": 1024, "qwen2.5-0.5b": 32768, "llama3.2-1b": 131072, "llama3.2-3b": 131072,
-        "llama3.1-8b": 131072, "llama3.1-70b": 131072, "qwen2.5-7b": 131072, "mistral-7b": 32768}
+        "llama3.1-8b": 131072, "llama3.1-70b": 131072, "qwen2.5-7b": 131072, "mistral-7b": 32768,
+        "llama3.1-405b": 131072, "gpt3-175b": 2048}
 
 
 def test_past_the_context_of_a_rotary_model_warns_once(capsys):

@@ -55,3 +55,28 @@ def checkpointing_from_args(args: argparse.Namespace) -> tuple[str, str]:
     if args.selective_ac_option != "op" and mode != "selective":
         raise UsageError(f"--selective-ac-option applies to --checkpointing selective, not {mode}")
     return normalize_checkpointing(mode, args.selective_ac_option)
+
+
+def add_mesh_arguments(parser: argparse.ArgumentParser) -> None:
+    """--tp, --pp, --cp, --pp-schedule, --virtual-stages, --grad-accum, --no-sequence-parallel (torchtitan's
+    [parallelism] degrees, named short)."""
+    from topowise.costmodel.pipeline import SCHEDULES
+
+    parser.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel degree (1)")
+    parser.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline-parallel degree (1)")
+    parser.add_argument("--cp", type=int, default=1, metavar="C", help="context-parallel degree (1)")
+    parser.add_argument("--pp-schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (1f1b)")
+    parser.add_argument("--virtual-stages", type=int, default=1, metavar="V",
+                        help="model chunks per pipeline rank, with interleaved-1f1b (1)")
+    parser.add_argument("--grad-accum", type=int, default=1, metavar="M",
+                        help="micro-batches per optimizer step (1); the pipeline's micro-batches with --pp")
+    parser.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                        help="with --tp: all-reduce whole activations (Megatron without --sequence-parallel); "
+                             "default on, as torchtitan's TP plan always runs it")
+
+
+def mesh_from_args(args: argparse.Namespace) -> dict:
+    """The Run keywords of the mesh flags."""
+    return {"tp": args.tp, "pp": args.pp, "cp": args.cp, "pp_schedule": args.pp_schedule,
+            "virtual_stages": args.virtual_stages, "grad_accum": args.grad_accum,
+            "sequence_parallel": args.sequence_parallel}

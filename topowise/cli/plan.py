@@ -12,7 +12,7 @@ from topowise.cli.flags import add_model_arguments
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 
-EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan")
+EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan", "megatron")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -40,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-plan", metavar="FILE", help="write the best plan as JSON for `topowise launch --plan`")
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_whatif_arguments(parser)
+    parser.add_argument("--mesh", action="store_true",
+                        help="search tensor, pipeline and context parallelism too (tp x pp x cp x data-parallel)")
+    parser.add_argument("--global-batch", metavar="N",
+                        help="with --mesh: sequences per optimizer step (default 2 a GPU)")
     parser.add_argument("--wan-share", metavar="F", default="0.1",
                         help="a cluster across regions: the WAN's share of a step that the reasons size gradient "
                              "accumulation for (default 0.1)")
@@ -124,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     top = positive_int(args.top, "--top")
     if getattr(args, "network", None) is not None:
         return run_networks(args)
+    if getattr(args, "mesh", False):
+        from topowise.cli.plan_mesh import run_mesh
+
+        return run_mesh(args, top)
     if args.out and not args.export:
         raise UsageError(f"--out {args.out} writes an export: give --export too ({', '.join(EXPORTS)}), "
                          "or --save-plan FILE to write the plan for `topowise launch --plan`")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from topowise.cli.flags import add_checkpointing_arguments, add_model_arguments
+from topowise.cli.flags import add_checkpointing_arguments, add_mesh_arguments, add_model_arguments
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.planner.explain import misaligned_vocab_note
 from topowise.units import GIB
@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-group-size", type=int, metavar="G",
                         help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
     add_model_arguments(parser, "pcie: predict as if NVLink were not there")
+    add_mesh_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_whatif_arguments(parser)
 
@@ -47,7 +48,7 @@ def prediction_from_args(args: argparse.Namespace):
 
 def run_from_args(args: argparse.Namespace):
     """(Run, topology, Profile) from the predict flags, checked."""
-    from topowise.cli.flags import checkpointing_from_args, model_from_args
+    from topowise.cli.flags import checkpointing_from_args, mesh_from_args, model_from_args
     from topowise.costmodel.profile import default_profile
     from topowise.costmodel.profile_store import resolve_profile
     from topowise.errors import UsageError
@@ -67,7 +68,8 @@ def run_from_args(args: argparse.Namespace):
     mode, option = checkpointing_from_args(args)
     run = Run(model=model, gpus=gpus, strategy=args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
               checkpointing=mode, selective_ac_option=option, fabric=args.fabric,
-              shard_group_size=args.shard_group_size, engine=args.engine, compile=args.compile)
+              shard_group_size=args.shard_group_size, engine=args.engine, compile=args.compile,
+              **mesh_from_args(args))
     profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()
     return run, topo, profile
 
@@ -141,6 +143,23 @@ def headline(p) -> list[str]:
             wiring]
 
 
+def mesh_line(p) -> str:
+    """"tp 8 x pp 4 x cp 1 x dp 2 (shard 2, replicate 1); interleaved-1f1b, 2 virtual stages, 8 micro-batches a
+    step (global batch 16); bubble 313 ms (13%); memory peaks on pipeline rank 0"."""
+    m = p.mesh
+    pipeline = ""
+    if m["pp"] > 1:
+        virtual = f", {m['virtual_stages']} virtual stages" if m["virtual_stages"] > 1 else ""
+        pipeline = (f"; {m['schedule']}{virtual}, layers per stage {','.join(map(str, m['layers_per_stage']))}, "
+                    f"bubble {_ms(m['bubble_s'])} ms ({m['bubble_fraction']:.0%}); memory peaks on pipeline rank "
+                    f"{m['peak_stage']}")
+    sp = ", sequence parallel" if m.get("sequence_parallel") else ""
+    micro = "micro-batches" if m["grad_accum"] > 1 else "micro-batch"
+    return (f"mesh tp {m['tp']}{sp} x pp {m['pp']} x cp {m['cp']} x dp {p.run.dp} (shard {m['dp_shard']}, "
+            f"replicate {m['dp_replicate']}); {m['grad_accum']} {micro} a step (global batch {m['global_batch']})"
+            f"{pipeline}")
+
+
 def memory_verdict(p, headroom: float) -> str:
     """"fits: peak 71.53 GiB of the 83.16 GiB usable (87.54 GiB less 5% kept free)": the verdict is
     against the usable part, so the headroom is said with it."""
@@ -189,6 +208,8 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     out.print(f"[bold]{first}[/]", highlight=False)
     for line in rest:
         out.print(line, highlight=False)
+    if p.mesh:
+        out.print(mesh_line(p), highlight=False)
     t = p.time
     time = _table("Step time")
     column(time, "part")

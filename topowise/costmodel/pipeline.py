@@ -292,8 +292,9 @@ def in_flight(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1
 def peak_activation_layers(schedule: str, split: LayerSplit, microbatches: int, rank: int) -> int:
     """Peak layers' worth of one micro-batch's activations alive on a rank, walking its order (uneven
     virtual stages hold different layer counts, so the peak is not in_flight x one size)."""
+    validate_schedule(schedule, split.pp, microbatches, split.virtual_stages)
     alive = peak = 0
-    for op in schedule_order(schedule, split.pp, microbatches, split.virtual_stages, rank):
+    for op in _orders(schedule, split.pp, microbatches, split.virtual_stages)[rank]:
         freed_by = "W" if schedule == "zb-h1" else "B"
         if op.kind == "F":
             alive += split.layers[op.stage]

@@ -7,7 +7,10 @@ not counted: its compute, activations and host time come from its model profile 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topowise.costmodel.deepspeed import predict_deepspeed
+from topowise.costmodel.parallel import accumulate, predict_parallel
 from topowise.costmodel.prediction import Prediction
 from topowise.costmodel.profile import Profile, default_profile
 from topowise.costmodel.profiled import predict_profiled, require_profile
@@ -19,8 +22,8 @@ ENGINES = {"pytorch": predict_pytorch, "deepspeed": predict_deepspeed}
 
 
 def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
-    """Step time and memory per GPU for `run` on `topology`, one micro-batch per step.
-    fabric "pcie" predicts on the same GPUs with the NVLink links taken away."""
+    """Step time and memory per GPU for `run` on `topology`, grad_accum micro-batches per optimizer step.
+    fabric "pcie" predicts on the same GPUs with the NVLink links taken away. tp, pp or cp above 1: parallel.py."""
     if run.compile and run.engine != "pytorch":
         raise UsageError("--compile is modelled for the PyTorch engine only; DeepSpeed's own compile is not "
                          "(use --engine pytorch, or leave out --compile)")
@@ -30,5 +33,11 @@ def predict(run: Run, topology, profile: Profile | None = None) -> Prediction:
         if run.engine != "pytorch":
             raise UsageError(f"a module:function model is predicted from its model profile as PyTorch runs it, "
                              f"not as {run.engine} does: drop --engine {run.engine}")
-        return predict_profiled(require_profile(run), wired, profile or default_profile())
+        one = predict_profiled(require_profile(replace(run, grad_accum=1)), wired, profile or default_profile())
+        return accumulate(one, run, (profile or default_profile()).host_spread)
+    if run.has_mesh:
+        return predict_parallel(run, wired, profile or default_profile())
+    if run.grad_accum > 1:  # the engine's one micro-batch, accumulated
+        chosen = profile or default_profile()
+        return accumulate(ENGINES[run.engine](replace(run, grad_accum=1), wired, chosen), run, chosen.host_spread)
     return ENGINES[run.engine](run, wired, profile or default_profile())

@@ -68,6 +68,8 @@ class Prediction:
     mfu: float = 0.0
     profile_fingerprint: str = ""
     compile_s: float = 0.0  # compiled: seconds the first step adds, once per launch (not in step_time_s)
+    # tp/pp/cp or accumulation (costmodel/parallel.py): degrees, schedule, bubble_s, peak_stage; None otherwise
+    mesh: dict | None = None
 
     @property
     def host_bound(self) -> bool:
@@ -121,4 +123,5 @@ class Prediction:
             "islands_spanned": self.islands_spanned,
             "profile_fingerprint": self.profile_fingerprint,
             "engine": self.engine,
+            **({"mesh": self.mesh} if self.mesh is not None else {}),
         }

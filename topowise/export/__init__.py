@@ -1,4 +1,4 @@
-"""The chosen plan as what people run: torchrun, Slurm, accelerate, DeepSpeed, torchtitan.
+"""The chosen plan as what people run: torchrun, Slurm, accelerate, DeepSpeed, torchtitan, Megatron-LM.
 
 `LaunchPlan` (export/plan.py) is the chosen plan's Run and what was predicted of it; each exporter is a pure
 function LaunchPlan -> str.
@@ -7,7 +7,7 @@ function LaunchPlan -> str.
 from __future__ import annotations
 
 from topowise.errors import UsageError
-from topowise.export import accelerate, deepspeed, slurm, torchrun, torchtitan
+from topowise.export import accelerate, deepspeed, megatron, slurm, torchrun, torchtitan
 from topowise.export.plan import LaunchPlan, load_plan_file
 
 __all__ = ["EXPORTERS", "KINDS", "LaunchPlan", "export_notes", "load_plan_file", "render"]
@@ -18,6 +18,7 @@ EXPORTERS = {
     "accelerate": accelerate.accelerate_config,
     "deepspeed": deepspeed.deepspeed_config_json,
     "torchtitan": torchtitan.torchtitan_command,
+    "megatron": megatron.megatron_command,
 }
 KINDS = tuple(EXPORTERS)
 
@@ -30,6 +31,7 @@ def render(kind: str, plan: LaunchPlan) -> str:
         raise UsageError(f"a plan across {plan.num_nodes} nodes exports as torchrun (one command per node), "
                          f"slurm (sbatch --nodes) or deepspeed (its config); not yet as {kind}")
     check_engine(kind, plan)
+    check_mesh(kind, plan)
     return EXPORTERS[kind](plan)
 
 
@@ -72,3 +74,12 @@ def check_engine(kind: str, plan: LaunchPlan) -> None:
         raise UsageError("this hsdp plan was predicted as DeepSpeed runs it (ZeRO-3 with ZeRO++ hpZ), which "
                          "accelerate's DeepSpeed settings cannot express: export deepspeed --out ds.json and give "
                          "accelerate `deepspeed_config_file: ds.json`, or plan with --engine pytorch")
+
+
+def check_mesh(kind: str, plan: LaunchPlan) -> None:
+    """DeepSpeed's config and accelerate's settings express data parallelism alone: a plan with tp, pp or cp above 1
+    is refused in one line (torchtitan and Megatron-LM run it; torchrun and Slurm start your script)."""
+    run = plan.run
+    if kind in ("deepspeed", "accelerate") and run.has_mesh:
+        raise UsageError(f"this plan runs tp {run.tp} x pp {run.pp} x cp {run.cp}, which a {kind} config cannot "
+                         "express: export torchtitan or megatron")

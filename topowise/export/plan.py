@@ -94,7 +94,10 @@ class LaunchPlan:
     @property
     def warnings(self) -> tuple[str, ...]:
         out = []
-        if self.islands_spanned > self.num_nodes:  # more than one island on a node
+        if self.islands_spanned > self.num_nodes and self.run.has_mesh:
+            out.append(f"the plan spans {self.islands_spanned} NVLink islands: its tp groups stay inside them, the "
+                       "pipeline and data-parallel traffic crosses PCIe")
+        elif self.islands_spanned > self.num_nodes:  # more than one island on a node
             rate = f" at {self.link_gbps:.0f} GB/s" if self.link_gbps else ""
             out.append(f"the plan spans {self.islands_spanned} NVLink islands: collectives over all "
                        f"{self.nproc} GPUs cross PCIe{rate}")

@@ -116,6 +116,15 @@ PRESETS: dict[str, ModelSpec] = {
     "mistral-7b": _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, False, context=32768),
 }
 
+# For the sizes tensor and pipeline parallelism are for (docs/parallelism.md). llama3.1-405b: the shape of
+# meta-llama/Llama-3.1-405B's config.json. gpt3-175b: GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers,
+# d_model 12288, 96 heads of 128, context 2048) as Megatron-LM trains it in Narayanan et al. SC'21 Table 1:
+# a GPT-2-style block (learned positions, tied embedding, biases, 4h MLP), vocabulary padded to 51200.
+PRESETS.update({
+    "llama3.1-405b": _llama("llama3.1-405b", 128256, 16384, 126, 128, 8, 53248, False, context=131072),
+    "gpt3-175b": ModelSpec("gpt3-175b", "gpt2", 51200, 12288, 96, 96, 96, 49152, True, True, 2048, 2048),
+})
+
 
 def load_model(name_or_path: str, wrap_class: str | None = None) -> ModelSpec:
     """A preset name, a path to a Hugging Face config.json (or a folder holding one), or a
