@@ -32,10 +32,9 @@ import math
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 
-from topowise.costmodel.pipeline import SCHEDULES, split_layers, validate_schedule
-from topowise.costmodel.tensor_parallel import validate_shapes
 from topowise.errors import UsageError
 from topowise.models.spec import ModelSpec
+from topowise.parallel_dims import SCHEDULES, split_layers, validate_schedule, validate_shapes
 
 
 @dataclass(frozen=True)
@@ -268,7 +267,7 @@ class Run:
 
     @property
     def layer_split(self):
-        """Transformer layers per virtual stage (costmodel.pipeline.split_layers)."""
+        """Transformer layers per virtual stage (parallel_dims.split_layers)."""
         return split_layers(self.model.num_layers, self.pp, self.virtual_stages, even=self.pp_split == "even")
 
     @property

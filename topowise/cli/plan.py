@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "mesh", False):
         from topowise.cli.plan_mesh import run_mesh
 
-        return run_mesh(args, top)
+        return run_mesh(args, top, plan_inputs(args), positive_int(args.global_batch, "--global-batch"))
     if args.out and not args.export:
         raise UsageError(f"--out {args.out} writes an export: give --export too ({', '.join(EXPORTS)}), "
                          "or --save-plan FILE to write the plan for `topowise launch --plan`")

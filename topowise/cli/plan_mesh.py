@@ -37,15 +37,15 @@ def export_best(kind: str, found, topo) -> str:
     raise first
 
 
-def run_mesh(args: argparse.Namespace, top: int) -> int:
-    from topowise.cli.plan import plan_inputs, positive_int
+def run_mesh(args: argparse.Namespace, top: int | None, inputs, global_batch: int | None) -> int:
+    """plan --mesh: `inputs` is plan's checked (model, topology, planner keywords)."""
     from topowise.errors import UsageError
     from topowise.planner.mesh_search import search_mesh
 
-    model, topo, kwargs = plan_inputs(args)
+    model, topo, kwargs = inputs
     gpus = kwargs["gpus"] or (topo.best_subset(kwargs["num_gpus"]) if kwargs["num_gpus"] else topo.indices)
     found = search_mesh(topo, model, tuple(gpus), seq_len=kwargs["seq_len"],
-                        global_batch=positive_int(args.global_batch, "--global-batch"), profile=kwargs["profile"],
+                        global_batch=global_batch, profile=kwargs["profile"],
                         top=top)
     if found.best is None:
         raise UsageError(f"no mesh of {model.name} fits {len(gpus)} GPUs of {topo.name} at --seq-len "

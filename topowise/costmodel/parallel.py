@@ -320,6 +320,7 @@ def rank_memory(run: Run, split: LayerSplit, profile: Profile, gpu_memory_bytes:
             stages = split.stages_of(rank)
             name = f"pipeline rank {rank} (stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))})"
             best = (total, rank, state, {name: (state["grads"], acts, logits, buffers)})
+    assert best is not None, "a pipeline has at least one rank"
     _, rank, state, phase = best
     memory = breakdown_at_peak(phase, state["params"], state["optimizer"], gpu_memory_bytes, profile,
                                workspace=CUBLAS_WORKSPACE_BYTES)

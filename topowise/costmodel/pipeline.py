@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from topowise.errors import UsageError
-
-SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1")
+from topowise.parallel_dims import SCHEDULES, LayerSplit, split_layers, validate_schedule  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -71,44 +70,7 @@ class PipelineTime:
     method: str
 
 
-@dataclass(frozen=True)
-class LayerSplit:
-    """Transformer layers per virtual stage (index s, on rank s % pp); the embedding is on stage 0 and
-    the final norm, output layer and loss on the last stage (rank pp - 1)."""
 
-    pp: int
-    virtual_stages: int
-    layers: tuple[int, ...]
-
-    def rank_of(self, stage: int) -> int:
-        return stage % self.pp
-
-    def stages_of(self, rank: int) -> tuple[int, ...]:
-        return tuple(range(rank, self.pp * self.virtual_stages, self.pp))
-
-    def layers_on_rank(self, rank: int) -> int:
-        return sum(self.layers[s] for s in self.stages_of(rank))
-
-    @property
-    def even(self) -> bool:
-        return len(set(self.layers)) == 1
-
-
-def validate_schedule(schedule: str, pp: int, microbatches: int, virtual_stages: int = 1) -> None:
-    """The checks the engines make, with the arithmetic in the message."""
-    if schedule not in SCHEDULES:
-        raise UsageError(f"unknown pipeline schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    for name, value in (("pp", pp), ("micro-batches", microbatches), ("virtual stages", virtual_stages)):
-        if value < 1:
-            raise UsageError(f"{name} must be at least 1, not {value}")
-    if schedule != "interleaved-1f1b" and virtual_stages != 1:
-        raise UsageError(f"{schedule} runs one stage per rank; virtual stages {virtual_stages} need "
-                         f"interleaved-1f1b")
-    if schedule == "interleaved-1f1b" and pp > 1 and microbatches % pp:
-        # Megatron's interleaved schedule walks micro-batches in groups of pp (schedules.py)
-        near = sorted({microbatches - microbatches % pp or pp, microbatches + pp - microbatches % pp})
-        raise UsageError(f"interleaved-1f1b needs micro-batches divisible by pp: {microbatches} micro-batches "
-                         f"over pp {pp} leave {microbatches % pp}; use {' or '.join(map(str, near))}")
 
 
 def _warmup(schedule: str, pp: int, microbatches: int, virtual_stages: int, rank: int) -> int:
@@ -195,6 +157,7 @@ def _replay(schedule: str, pp: int, microbatches: int, virtual_stages: int, f: T
         for r, order in enumerate(orders):
             while pos[r] < len(order):
                 op = order[pos[r]]
+                ready: float | None
                 if op.kind == "F" and op.stage == 0:
                     ready = 0.0
                 elif op.kind == "F":
@@ -302,46 +265,3 @@ def peak_activation_layers(schedule: str, split: LayerSplit, microbatches: int, 
         elif op.kind == freed_by:
             alive -= split.layers[op.stage]
     return peak
-
-
-def split_layers(layers: int, pp: int, virtual_stages: int = 1, *, even: bool = False,
-                 first: int | None = None, last: int | None = None) -> LayerSplit:
-    """Transformer layers over pp x v virtual stages.
-    even: every stage the same count (Megatron's default), refused with the arithmetic when it does not
-    divide. first / last: fixed counts for the first and last stage, the rest even (Megatron's
-    --decoder-first/last-pipeline-num-layers). Otherwise torchtitan's default split
-    (generate_llm_fqn_per_model_part, input and output weight 1): the embedding and the output layer each
-    count as one layer, the layers + 2 spread evenly with the remainder on the earliest stages."""
-    stages = pp * virtual_stages
-    if layers < 1 or pp < 1 or virtual_stages < 1:
-        raise UsageError(f"layers, pp and virtual stages must be at least 1 (got {layers}, {pp}, {virtual_stages})")
-    if stages == 1:
-        return LayerSplit(pp=pp, virtual_stages=virtual_stages, layers=(layers,))
-    if even or first is not None or last is not None:
-        head = first if first is not None else None
-        tail = last if last is not None else None
-        fixed = (head or 0) + (tail or 0)
-        rest_stages = stages - (head is not None) - (tail is not None)
-        rest = layers - fixed
-        if rest < 0 or (rest_stages == 0 and rest) or (rest_stages and rest % rest_stages):
-            what = f"{layers} layers" if not fixed else f"{layers} - {fixed} = {rest} layers"
-            over = f"pp {pp} x v {virtual_stages} = {stages} chunks" if not fixed else \
-                f"the {rest_stages} middle chunks of pp {pp} x v {virtual_stages}"
-            raise UsageError(f"{what} do not split over {over} evenly; allow an uneven split, or pick layers "
-                             f"per chunk that divide (e.g. pp x v dividing {layers})")
-        each = rest // rest_stages if rest_stages else 0
-        counts = [each] * stages
-        if head is not None:
-            counts[0] = head
-        if tail is not None:
-            counts[-1] = tail
-        return LayerSplit(pp=pp, virtual_stages=virtual_stages, layers=tuple(counts))
-    effective = layers + 2
-    base, extra = divmod(effective, stages)
-    if base < 1:
-        raise UsageError(f"{layers} layers + embedding + output = {effective} layer-equivalents do not fill "
-                         f"pp {pp} x v {virtual_stages} = {stages} chunks; use at most {effective} chunks")
-    counts = [base + (s < extra) for s in range(stages)]
-    counts[0] -= 1
-    counts[-1] -= 1
-    return LayerSplit(pp=pp, virtual_stages=virtual_stages, layers=tuple(counts))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topowise.errors import UsageError
+from topowise.parallel_dims import validate_shapes  # noqa: F401 (re-exported)
 from topowise.units import busbw_factor
 
 RECOMPUTE = ("none", "selective", "full")
@@ -58,25 +59,7 @@ class ActivationTerms:
         return dict(self.terms)[name]
 
 
-def validate_shapes(*, heads: int, kv_heads: int, seq: int, tp: int = 1, cp: int = 1, sp: bool = False,
-                    load_balanced_cp: bool = True) -> None:
-    """Heads and KV heads split over tp; the sequence over cp (in 2 cp chunks for load-balanced causal CP,
-    torchtitan / PyTorch's context_parallel) and, with sequence parallel, each rank's part over tp."""
-    if tp < 1 or cp < 1:
-        raise UsageError(f"tp and cp must be at least 1 (got tp {tp}, cp {cp})")
-    if heads % tp:
-        raise UsageError(f"{heads} attention heads do not split over tp {tp}: {heads} % {tp} = {heads % tp}; "
-                         f"use a tp that divides {heads}")
-    if kv_heads % tp:
-        raise UsageError(f"{kv_heads} KV heads do not split over tp {tp}: {kv_heads} % {tp} = {kv_heads % tp}; "
-                         f"use a tp that divides {kv_heads}")
-    chunks = 2 * cp if (load_balanced_cp and cp > 1) else cp
-    if seq % chunks:
-        how = f"2 x cp {cp} = {chunks} chunks (load-balanced causal CP)" if chunks != cp else f"cp {cp}"
-        raise UsageError(f"sequence {seq} does not split over {how}: {seq} % {chunks} = {seq % chunks}")
-    if sp and (seq // cp) % tp:
-        raise UsageError(f"sequence parallel splits each rank's {seq // cp} tokens over tp {tp}: "
-                         f"{seq // cp} % {tp} = {(seq // cp) % tp}")
+
 
 
 def _check_recompute(recompute: str) -> None:
