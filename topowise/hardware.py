@@ -1,7 +1,7 @@
 """GPU and link specifications: one table, each row with its source (docs/sources.md lists them).
 
 Units: bytes, FLOP/s, GB/s (1e9 B/s) per direction. "verify" marks a figure from a product page
-that no measurement here has confirmed yet (see docs/results for what was measured).
+that no measurement here has confirmed yet (see research for what was measured).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ GPUS: dict[str, GpuSpec] = {
 NVLINK_GBPS_PER_LINK: dict[int, float] = {
     2: 25.0,  # V100: 6 links x 25 GB/s = 150 GB/s per direction (NVIDIA V100 whitepaper)
     3: 25.0,  # A100: 12 links x 25 = 300 GB/s (NVIDIA A100 datasheet: NVLink 600 GB/s bidirectional)
-    4: 26.5625,  # H100/H200: 18 x 26.5625 = 478 GB/s (`nvidia-smi nvlink -s` on an H200, docs/results run1)
+    4: 26.5625,  # H100/H200: 18 x 26.5625 = 478 GB/s (`nvidia-smi nvlink -s` on an H200, research run1)
     5: 50.0,  # B200/GB200: 18 x 50 = 900 GB/s per direction (NVIDIA NVLink 5 product text, verify)
 }
 

@@ -111,7 +111,7 @@ HOST_FLOOR_TOKENS = 128
 # both models with every non-hsdp strategy at HOST_FLOOR_TOKENS over NVLink (the host's cost per block).
 # The alpha-beta fit takes 8 MiB and up: training moves 25 MiB DDP buckets and 30 MiB..1.5 GiB FSDP
 # units, and NCCL's busbw keeps rising to 1 GiB (all_reduce over NVLink on 2x H200: 173 GB/s at 8 MiB,
-# 327 GB/s at 1 GiB, docs/results/2026-11-30-h200x2/run2/profile-records/collectives.jsonl), which one
+# 327 GB/s at 1 GiB, research/2026-11-30-h200x2/run2/profile-records/collectives.jsonl), which one
 # alpha-beta line cannot follow from 1 MiB (on the 2x H200 sweep: within -11..+13% from 1 MiB, -10..+7% from 8 MiB).
 GPU_CALIBRATION = Plan(
     device="cuda", fabrics=("nvlink", "pcie"), comm_ops=("all_reduce", "all_gather", "reduce_scatter", "broadcast"),
@@ -149,7 +149,7 @@ CPU_VALIDATION = Plan(
 
 # --compile adds compiled twins (calibrate: what the compiled terms are fitted from, each beside the eager
 # run of the same case; validate: cases it never ran). Compiling costs about 8 s per launch on top of the
-# run (first-step excess on one H200, docs/results/2026-12-01-h200x1/compile), so calibrate --compile
+# run (first-step excess on one H200, research/2026-12-01-h200x1/compile), so calibrate --compile
 # adds, by that estimate, about a minute and a half to the three minutes (not yet timed).
 COMPILED_CALIBRATION = (
     _grid([("llama3.2-1b", 1, 8192, ("ddp", "zero3")), ("qwen2.5-0.5b", 1, 8192, ("ddp",))], ("nvlink",))

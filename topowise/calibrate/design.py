@@ -67,7 +67,7 @@ DESIGN_PARAMS = ("compute_efficiency", "activation_traffic", *(f"overlap.{s}" fo
 
 # The designed validation: blocks no designed calibration model has (width, heads, MLP and vocabulary
 # together; llama3.2-1b's is cal-h2048-l8's and the 0.37B config's cal-h1024's, so neither is here): two
-# configs (the 0.95B and 2.46B GQA Llama-style shapes of benchmarks/configs, written into the records folder
+# configs (the 0.95B and 2.46B GQA Llama-style shapes of research/configs, written into the records folder
 # as the calibration's are) and two presets; micro-batches 1-8, sequences 1024-8192, every strategy, both
 # fabrics, per-op selective checkpointing on four cases and, with --compile, eight compiled twins.
 VALIDATION_CONFIGS: dict[str, dict] = {

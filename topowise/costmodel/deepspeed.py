@@ -95,7 +95,7 @@ GRAD_TO_FP32_BYTES = 2 + 4  # bf16 gradient partition read, fp32 written
 MASTER_TO_BF16_BYTES = 4 + 2  # fp32 master read, bf16 parameter written
 # ZeRO-1/2's optimizer step besides the fused AdamW (stage_1_and_2.py `step`), on the rank's partition, kernel by
 # kernel: (bytes per local parameter, the rate the kernel ran at as a share of the memory-bound rate), the rates read
-# from a traced llama3.2-1b step on one H200, each kernel's time against its bytes (docs/results/2026-12-03-h200x1/
+# from a traced llama3.2-1b step on one H200, each kernel's time against its bytes (research/2026-12-03-h200x1/
 # deepspeed/run51, kernels-deepspeed-optimizer.json: 17.7 of the phase's 19.4 ms besides AdamW; the rest, 1.7 ms,
 # is a few scalar kernels per gradient tensor, not priced).
 ZERO12_STEP_KERNELS: dict[str, tuple[float, float]] = {

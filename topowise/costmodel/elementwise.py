@@ -71,7 +71,7 @@ def block_elementwise_bytes(model: ModelSpec, autocast: bool, compiled: bool = F
 
 
 # Qwen3's q/k norms per element of q and k, as bytes at the HBM datasheet rate, and their forward's share: timed
-# alone on one H200 (docs/results/2026-12-03-h200x1/qk-norm/run47, norm_probe.txt)
+# alone on one H200 (research/2026-12-03-h200x1/qk-norm/run47, norm_probe.txt)
 QK_NORM_PEAK_BYTES = {True: (271.0, 40 / 128), False: (101.0, 4 / 14)}  # autocast -> (bytes, forward share)
 
 

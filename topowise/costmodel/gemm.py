@@ -17,8 +17,8 @@ import math
 from topowise.models.spec import ModelSpec
 
 TILE = 128  # cuBLAS's output tile for large bf16 GEMMs on Hopper
-# the fit of benchmarks/gemm_tiles.py to each block GEMM of six models timed alone on one H200
-# (docs/results/2026-12-02-h200x1/kernels/run16):
+# the fit of research/2026-12-02-h200x1/scripts/gemm_tiles.py to each block GEMM of six models timed alone on one H200
+# (research/2026-12-02-h200x1/kernels/run16):
 BEST_ALONE = 0.865  # the fit's best rate timed alone, of the datasheet peak (a step's is Profile.compute_efficiency)
 K0 = 184  # reduction length at which a tile's fixed cost halves its rate
 T1 = 12  # the weight gradient's split form: tiles at which it reaches half its rate (E_w 0.810)

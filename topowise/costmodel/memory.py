@@ -67,7 +67,7 @@ def activation_bytes_per_token_per_layer(model: ModelSpec, autocast: bool = Fals
                           keeps whole (2 (q + 2 kv)); under autocast (a bf16 input, an fp32 weight)
                           F.rms_norm is PyTorch's composite, not the fused kernel: it keeps its fp32 upcast
                           of q and k and the normalised product, 8 (q + kv) (measured; the ops read in
-                          docs/results/2026-12-03-h200x1/qk-norm/run47; the emulation of
+                          research/2026-12-03-h200x1/qk-norm/run47; the emulation of
                           tests/unit/test_costmodel_memory.py finds half of it); compiled, 2 (q + 2 kv)
                           in either precision
     GPT-2 block: two LayerNorms (input r h + mean and rstd 8), c_attn and c_fc inputs (2h each),
@@ -97,7 +97,7 @@ def qk_norm_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
         return 0.0
     q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     rstd = 4 * (model.num_heads + model.num_kv_heads)
-    # under autocast measured 8 (q + kv) (one H200, docs/results/2026-12-03-h200x1/head-dim/run46): PyTorch's
+    # under autocast measured 8 (q + kv) (one H200, research/2026-12-03-h200x1/head-dim/run46): PyTorch's
     # composite rms_norm keeps its fp32 upcast (for pow and the product by rstd) and that product (for the product
     # by the weight) (qk-norm/run47, norm_probe.txt)
     return (8 * (q + kv) if autocast else 2 * (q + 2 * kv)) + rstd
@@ -155,7 +155,8 @@ def compiled_saved_less(model: ModelSpec, under_ddp: bool) -> float:
       GELU output is kept);
       under autocast (ddp, zero1) gate and up each cast the MLP norm's fp32 output to bf16 in eager (two
       copies, 2h each); in one graph the two casts are one (2h).
-    Measured with benchmarks/saved_bytes.py --setting model (docs/results/2026-12-03-h200x1/compiled-memory).
+    Measured with research/2026-12-02-h200x1/scripts/saved_bytes.py --setting model
+    (research/2026-12-03-h200x1/compiled-memory).
     A block compiled whole under autocast (no DDP; bench train has no such case) saves 2h more again."""
     h, i = model.hidden_size, model.intermediate_size
     pieces = ddp_compiled_pieces(model) if under_ddp else [[name for name, _ in block_ops(model)]]
@@ -300,7 +301,7 @@ class MemoryBreakdown:
     peak_phase: str = ""
     buffers: dict = field(default_factory=dict)  # name -> bytes, the parts of buffers_bytes
     # DDP's bucket rebuild after step 1: old and new buckets alive on step 2, one more fp32 gradient copy
-    # (+4.60 GiB for llama3.2-1b on 2x H200: docs/results/2026-11-30-h200x2/run2/train.jsonl)
+    # (+4.60 GiB for llama3.2-1b on 2x H200: research/2026-11-30-h200x2/run2/train.jsonl)
     first_steps_extra_bytes: int = 0  # counted in peak_bytes, not in allocated_bytes (the steady step)
 
     def to_dict(self) -> dict:
@@ -396,7 +397,7 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
 
 # PyTorch allocates cuBLASLt's workspace through its caching allocator, once per handle and stream, and keeps it: 32 MiB
 # on compute capability 9 and later (pytorch/pytorch#120925, after the cuBLAS documentation's recommendation for Hopper;
-# 4 MiB on large Ampere parts). Read alive at every peak of memory/run62 (docs/results/2026-12-03-h200x1).
+# 4 MiB on large Ampere parts). Read alive at every peak of memory/run62 (research/2026-12-03-h200x1).
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 
 

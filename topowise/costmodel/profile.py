@@ -47,7 +47,7 @@ CHECKPOINTING_HOST_S_PER_LAYER: dict[str, float] = {
 DEEPSPEED_HOST_S_PER_LAYER: dict[str, float] = {k: v for k, v in _HOST.items() if k.startswith("deepspeed/")}
 DEEPSPEED_HOST_S_PER_STEP: dict[str, float] = dict(_DEFAULT["host_s_per_step"])
 # A profile of attention_form "sequence" without its own values is read with the sequence form's fit:
-# e by head dim, T0 (six models at 8192 tokens, docs/results/2026-12-02-h200x1/kernels/run16, rms 3.7%)
+# e by head dim, T0 (six models at 8192 tokens, research/2026-12-02-h200x1/kernels/run16, rms 3.7%)
 SEQUENCE_FORM_EFFICIENCY: dict[str, float] = {"64": 0.448, "128": 0.593}
 SEQUENCE_FORM_OFFSET = 900.0
 

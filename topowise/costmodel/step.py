@@ -51,7 +51,8 @@ from topowise.run import Run
 
 ADAMW_FUSED_BYTES_PER_PARAM = 28  # fused AdamW: reads p, g, exp_avg, exp_avg_sq (16); writes p, exp_avg, exp_avg_sq
 # The copies a strategy makes per parameter: (bytes per element, rate as a share of the memory-bound rate),
-# each timed alone on one H200 (benchmarks/copy_rates.py, docs/results/2026-12-02-h200x1/copies/run19)
+# each timed alone on one H200 (research/2026-12-02-h200x1/scripts/copy_rates.py,
+# research/2026-12-02-h200x1/copies/run19)
 CAST_DOWN = (6, 1.087)  # fp32 -> bf16: autocast's weight cast, FSDP2's shard into the all-gather buffer
 CAST_UP = (6, 0.528)  # bf16 -> fp32: autocast's weight gradient back to the parameter's dtype
 BUCKET_COPY = (8, 1.093)  # DDP: torch.mul(grad, 1 / world, out=bucket view)
@@ -77,7 +78,8 @@ LOSS_FORWARD_BYTES_PER_LOGIT = 2 + 4 + 12 + 4  # of which the forward's: upcast,
 ELEMENTWISE_FORWARD_SHARE = 1 / 2  # of the saved-bytes form's elementwise traffic, the forward's (block_elementwise)
 GEMM_ALIGN_ELEMENTS = 8  # bf16 rows of 16 bytes: what cuBLAS's aligned kernels need (else an `align1` CUTLASS kernel)
 # the output layer's GEMMs off that alignment, timed alone on one H200 at hidden 768 and 2048: 0.121 and 0.129 of
-# the datasheet rate, mean 0.125 (benchmarks/head_gemm.py, docs/results/2026-12-03-h200x1/gpt2/run45)
+# the datasheet rate, mean 0.125 (research/2026-12-02-h200x1/scripts/head_gemm.py,
+# research/2026-12-03-h200x1/gpt2/run45)
 MISALIGNED_GEMM_EFFICIENCY = 0.125
 
 

@@ -24,7 +24,7 @@ from topowise.run import STEP_PHASES
 from topowise.units import GIB, KIB, MIB
 
 # the bf16 matmul whose rate is the achievable peak: about 790 TFLOP/s on an H200
-# (peak_flops_measured in docs/results/2026-11-30-h200x2/run1/train.jsonl)
+# (peak_flops_measured in research/2026-11-30-h200x2/run1/train.jsonl)
 MATMUL_N = 8192
 
 

@@ -28,7 +28,7 @@ from topowise.run import Run
 
 # None: DDP's default buckets, 25 MiB and a first one of 1 MiB (the cost model's, comm.ddp_bucket_ends). Giving
 # bucket_cap_mb=25 is not the same: DDP then caps the first bucket at 25 MiB too (torch 2.11, measured with
-# benchmarks/bucket_ready.py; torch/nn/parallel/distributed.py, is_using_default)
+# research/2026-12-02-h200x1/scripts/bucket_ready.py; torch/nn/parallel/distributed.py, is_using_default)
 DDP_BUCKET_CAP_MB = None
 DDP_PARAMETERS = frozenset(inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters)
 

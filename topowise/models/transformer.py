@@ -13,7 +13,7 @@ torchtitan's), as one complex multiplication in fp32. Hugging Face's checkpoints
 weights in the "rotate half" layout, pairs (x[i], x[i + head_dim/2]): loading one means permuting
 each q and k head's rows (`hf_rotary_permutation`), which leaves q.k, and so attention, unchanged.
 
-Speed (benchmarks/vs_torchtitan.py, docs/results/2026-12-02-h200x1/vs-torchtitan/): measured
+Speed (research/2026-12-02-h200x1/scripts/vs_torchtitan.py, research/2026-12-02-h200x1/vs-torchtitan/): measured
 kernel by kernel against torchtitan 0.2's Llama 3, the two costs were the rotary embedding written
 as real arithmetic on the rotate-half layout (its broadcasts over strided views of the qkv output
 run PyTorch's slow, non-vectorised elementwise kernel, and roll is another) and gate/up as one
@@ -45,7 +45,7 @@ ROPE_THETA = 500000.0  # Llama 3 config.json rope_theta
 # How grouped-query attention reaches SDPA: "sdpa" passes the kv heads as they are with
 # enable_gqa=True (the flash and cuDNN kernels read each kv head for its group of query heads);
 # "expand" views them at the full head count (expand + reshape, one copy); "repeat" is
-# repeat_interleave (one copy). benchmarks/vs_torchtitan.py times each.
+# repeat_interleave (one copy). research/2026-12-02-h200x1/scripts/vs_torchtitan.py times each.
 GQA_MODES = ("sdpa", "expand", "repeat")
 GQA_MODE = "sdpa"
 # SDPA's kernels in order of preference: "cudnn" puts cuDNN's attention first, then flash, then the

@@ -18,7 +18,7 @@ from topowise.costmodel.step import predict
 from topowise.models.spec import load_model
 from topowise.topology.model import Topology
 
-R = Path("docs/results/2026-11-30-h200x2")
+R = Path("research/2026-11-30-h200x2")
 SETS = {"cal2": R / "run2/profile-records/train.jsonl", "cal4": R / "run4/profile-records/train.jsonl",
         "val3": R / "run3/validate-records/train.jsonl", "val4": R / "run4/validate-records/train.jsonl",
         "t8192": R / "run2/train.jsonl"}

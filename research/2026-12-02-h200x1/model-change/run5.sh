@@ -12,6 +12,6 @@ train fit qwen2.5-0.5b 1 8192 ddp,zero2,zero3
 train fit llama3.2-1b 1 128 ddp,zero2,zero3
 train fit qwen2.5-0.5b 1 128 ddp,zero2,zero3
 train heldout llama3.2-3b 1 4096 ddp,zero3
-train heldout benchmarks/configs/llama-0.37b.json 8 1024 ddp,zero3
-train heldout benchmarks/configs/llama-2.46b-gqa.json 2 2048 ddp,zero3
+train heldout research/configs/llama-0.37b.json 8 1024 ddp,zero3
+train heldout research/configs/llama-2.46b-gqa.json 2 2048 ddp,zero3
 grep -E "^(ddp|zero)" $R/fit/train.txt $R/heldout/train.txt | cut -c1-120

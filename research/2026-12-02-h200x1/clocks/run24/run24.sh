@@ -18,12 +18,12 @@ tr_() {  # name model mb seq
 tr_ 3b llama3.2-3b 1 4096
 tr_ 1b llama3.2-1b 1 8192
 kr() {  # dir models shapes extra
-  stamp "python3 benchmarks/kernel_rates.py --models $2 --shapes $3 $4 --out \$OUT/$1"
-  timeout 200 python3 benchmarks/kernel_rates.py --models $2 --shapes $3 $4 --out $R/$1 > $R/$1.txt 2>&1; echo "### exit $?" >> $R/commands.txt
+  stamp "python3 research/2026-12-02-h200x1/scripts/kernel_rates.py --models $2 --shapes $3 $4 --out \$OUT/$1"
+  timeout 200 python3 research/2026-12-02-h200x1/scripts/kernel_rates.py --models $2 --shapes $3 $4 --out $R/$1 > $R/$1.txt 2>&1; echo "### exit $?" >> $R/commands.txt
 }
 kr ab-warm llama3.2-3b,llama3.2-1b 1x4096,1x8192 ""
 kr ab-cold llama3.2-3b,llama3.2-1b 1x4096,1x8192 --cold
-M=llama3.2-1b,qwen2.5-0.5b,llama3.2-3b,benchmarks/configs/llama-0.37b.json,benchmarks/configs/llama-0.95b.json,benchmarks/configs/llama-2.46b-gqa.json
+M=llama3.2-1b,qwen2.5-0.5b,llama3.2-3b,research/configs/llama-0.37b.json,research/configs/llama-0.95b.json,research/configs/llama-2.46b-gqa.json
 S=1x8192,2x4096,4x2048,8x1024,1x16384,1x32768
 kr cold "$M" $S --cold
 kr warm "$M" $S ""

@@ -13,8 +13,8 @@ tr_() {  # model strategies mb seq
 tr_ llama3.2-1b ddp,zero2,zero3 1 8192
 tr_ llama3.2-3b ddp,zero3 1 4096
 tr_ qwen2.5-0.5b ddp,zero3 1 8192
-tr_ benchmarks/configs/llama-0.95b.json ddp,zero2 4 2048
-tr_ benchmarks/configs/llama-2.46b-gqa.json ddp,zero3 2 2048
+tr_ research/configs/llama-0.95b.json ddp,zero2 4 2048
+tr_ research/configs/llama-2.46b-gqa.json ddp,zero3 2 2048
 tr_ llama3.2-1b ddp,zero2,zero3 1 8192
 cd /tmp && tar czf $OUT/r25.tar.gz r25
 tail -3 $R/gpu_test.txt

@@ -14,8 +14,8 @@ tr_() {  # name model mb seq strategies engine timeout
     stamp "python3 benchmarks/trace_kernels.py \$OUT/t-$1/$s/rank0.trace.json.gz --skip 2 --json \$OUT/kernels-$1-$s.json"
     python3 benchmarks/trace_kernels.py $R/t-$1/$s/rank0.trace.json.gz --skip 2 --json $R/kernels-$1-$s.json >> $R/kernels.txt 2>&1; echo "### exit $?" >> $R/commands.txt
     cp $R/t-$1/$s/breakdown.json $R/breakdown-$1-$s.json 2>/dev/null
-    stamp "python3 benchmarks/timeline.py \$OUT/t-$1/$s --warmup 2"
-    python3 benchmarks/timeline.py $R/t-$1/$s --warmup 2 >> $R/timeline.txt 2>&1; echo "### exit $?" >> $R/commands.txt
+    stamp "python3 research/2026-11-30-h200x2/scripts/timeline.py \$OUT/t-$1/$s --warmup 2"
+    python3 research/2026-11-30-h200x2/scripts/timeline.py $R/t-$1/$s --warmup 2 >> $R/timeline.txt 2>&1; echo "### exit $?" >> $R/commands.txt
   done
   rm -rf $R/t-$1
 }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # one H200: traced steps of DeepSpeed ZeRO-1/2/3 (llama3.2-1b 1 x 8192) by kernel (benchmarks/trace_kernels.py), and
-# llama3.2-3b's matmuls and attention alone (benchmarks/kernel_rates.py) beside a traced ddp step of it on the same GPU
+# llama3.2-3b's matmuls and attention alone (research/2026-12-02-h200x1/scripts/kernel_rates.py) beside a traced ddp step of it on the same GPU
 R=/tmp/r21; mkdir -p $R
 stamp() { echo "### $(date -u +%FT%TZ) $*" >> $R/commands.txt; }
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; python3 --version; python3 -c "import torch;print('torch',torch.__version__,torch.version.cuda)"; lscpu | grep -E "^(Model name|CPU\(s\))") > $R/machine.txt 2>&1
@@ -19,8 +19,8 @@ tr_() {  # name model mb seq strategies engine timeout
 }
 tr_ ds1b llama3.2-1b 1 8192 zero1,zero2,zero3 deepspeed 240
 tr_ 3b llama3.2-3b 1 4096 ddp pytorch 90
-stamp "python3 benchmarks/kernel_rates.py --models llama3.2-3b --shapes 1x4096 --out \$OUT/kr"
-timeout 90 python3 benchmarks/kernel_rates.py --models llama3.2-3b --shapes 1x4096 --out $R/kr > $R/kernel-rates.txt 2>&1; echo "### exit $?" >> $R/commands.txt
+stamp "python3 research/2026-12-02-h200x1/scripts/kernel_rates.py --models llama3.2-3b --shapes 1x4096 --out \$OUT/kr"
+timeout 90 python3 research/2026-12-02-h200x1/scripts/kernel_rates.py --models llama3.2-3b --shapes 1x4096 --out $R/kr > $R/kernel-rates.txt 2>&1; echo "### exit $?" >> $R/commands.txt
 (cd /tmp && tar czf $OUT/r21.tar.gz r21); cp $R/kernels.txt $R/commands.txt $R/kernel-rates.txt $OUT/
 tail -2 $R/ds-install.txt; grep -E "error" $R/trace.txt | head -5
 grep -E "trace.json|total|matmul|attention|elementwise|copy" $R/kernels.txt

@@ -12,9 +12,9 @@ ds() {  # model mb seq
 }
 ds llama3.2-1b 1 128
 ds qwen2.5-0.5b 1 128
-ds benchmarks/configs/llama-0.37b.json 1 128
+ds research/configs/llama-0.37b.json 1 128
 ds qwen2.5-0.5b 1 8192
-ds benchmarks/configs/llama-0.95b.json 4 2048
+ds research/configs/llama-0.95b.json 4 2048
 cd /tmp && tar czf $OUT/r26.tar.gz r26
 python3 - <<'PY'
 import json

@@ -16,7 +16,7 @@ bt design.jsonl $C/cal-h1024-l16/config.json 8 2048 ddp,zero2 6 80
 bt design.jsonl $C/cal-h1024-l8/config.json 1 128 ddp,zero1,zero2,zero3 6 50
 bt design.jsonl $C/cal-h1024-l16/config.json 1 128 ddp,zero1,zero2,zero3 6 50
 bt heldout.jsonl llama3.2-3b 1 4096 ddp,zero3 6 90
-bt heldout.jsonl benchmarks/configs/llama-0.95b.json 4 2048 ddp,zero3 6 70
+bt heldout.jsonl research/configs/llama-0.95b.json 4 2048 ddp,zero3 6 70
 (cd /tmp && tar czf $OUT/r22.tar.gz r22); cp $R/design.jsonl $R/heldout.jsonl $R/commands.txt $OUT/ 2>/dev/null
 grep -E "ms/step" $R/train.txt
 grep exit $R/commands.txt | tr '\n' ' '

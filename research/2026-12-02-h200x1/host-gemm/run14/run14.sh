@@ -4,7 +4,7 @@ export PYTHONPATH=$PWD
 R=$OUT; mkdir -p $R
 stamp() { echo "### $(date -u +%FT%TZ) $*" >> $R/commands.txt; }
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import torch;print('torch',torch.__version__,torch.version.cuda)"; lscpu | grep -E "Model name|^CPU\(s\)") > $R/machine.txt
-stamp "python3 benchmarks/host_runahead.py --out \$OUT/hr2 --reverse"
-timeout 400 python3 benchmarks/host_runahead.py --out $R/hr2 --reverse > $R/host-runahead.txt 2>&1; echo "### exit $?" >> $R/commands.txt
+stamp "python3 research/2026-12-02-h200x1/scripts/host_runahead.py --out \$OUT/hr2 --reverse"
+timeout 400 python3 research/2026-12-02-h200x1/scripts/host_runahead.py --out $R/hr2 --reverse > $R/host-runahead.txt 2>&1; echo "### exit $?" >> $R/commands.txt
 tail -36 $R/host-runahead.txt | cut -c1-230
 grep exit $R/commands.txt | tr '\n' ' '

@@ -10,12 +10,12 @@ train() {  # model seq extra
 }
 train llama3.2-1b 16384 ""
 train qwen2.5-0.5b 16384 ""
-train benchmarks/configs/llama-0.95b.json 16384 ""
-train benchmarks/configs/llama-0.37b.json 16384 ""
+train research/configs/llama-0.95b.json 16384 ""
+train research/configs/llama-0.37b.json 16384 ""
 train llama3.2-1b 32768 "--checkpointing full"
-M=llama3.2-1b,qwen2.5-0.5b,llama3.2-3b,benchmarks/configs/llama-0.37b.json,benchmarks/configs/llama-0.95b.json,benchmarks/configs/llama-2.46b-gqa.json
-stamp "python3 benchmarks/kernel_rates.py --models $M --shapes 1x8192,2x4096,4x2048,8x1024,1x16384,1x32768 --blocks --out \$OUT/kr"
-timeout 200 python3 benchmarks/kernel_rates.py --models $M --shapes 1x8192,2x4096,4x2048,8x1024,1x16384,1x32768 --blocks --out $R/kr > $R/kernel-rates.txt 2>&1; echo "### exit $?" >> $R/commands.txt
+M=llama3.2-1b,qwen2.5-0.5b,llama3.2-3b,research/configs/llama-0.37b.json,research/configs/llama-0.95b.json,research/configs/llama-2.46b-gqa.json
+stamp "python3 research/2026-12-02-h200x1/scripts/kernel_rates.py --models $M --shapes 1x8192,2x4096,4x2048,8x1024,1x16384,1x32768 --blocks --out \$OUT/kr"
+timeout 200 python3 research/2026-12-02-h200x1/scripts/kernel_rates.py --models $M --shapes 1x8192,2x4096,4x2048,8x1024,1x16384,1x32768 --blocks --out $R/kr > $R/kernel-rates.txt 2>&1; echo "### exit $?" >> $R/commands.txt
 grep -E "^ *ddp|step|error" $R/long.txt | cut -c1-150 | tail -12
 grep -v Warn $R/kernel-rates.txt | grep -v _warn_once | tail -40 | cut -c1-140
 grep exit $R/commands.txt | tr '\n' ' '

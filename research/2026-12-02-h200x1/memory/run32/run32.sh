@@ -4,8 +4,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 R=$OUT
 stamp() { echo "### $(date -u +%FT%TZ) $*" >> $R/commands.txt; }
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import torch;print('torch',torch.__version__,torch.version.cuda)") > $R/machine.txt
-mp() { stamp "python3 benchmarks/memory_peak.py $* --out \$OUT"; timeout 100 python3 benchmarks/memory_peak.py "$@" --out $R >> $R/memory_peak.txt 2>&1; echo "### exit $?" >> $R/commands.txt; }
-S=benchmarks/configs/llama-0.37b.json
+mp() { stamp "python3 research/2026-12-02-h200x1/scripts/memory_peak.py $* --out \$OUT"; timeout 100 python3 research/2026-12-02-h200x1/scripts/memory_peak.py "$@" --out $R >> $R/memory_peak.txt 2>&1; echo "### exit $?" >> $R/commands.txt; }
+S=research/configs/llama-0.37b.json
 mp --model llama3.2-1b --strategy ddp --micro-batch 8 --seq-len 1024 --compile
 mp --model llama3.2-1b --strategy ddp --micro-batch 1 --seq-len 8192 --compile
 mp --model $S --strategy ddp --micro-batch 1 --seq-len 8192 --compile

@@ -2,7 +2,7 @@
 # one H200: one launch, per-op selective against none on the 0.95B config, ddp and zero2: at 1 x 128 (the host alone)
 # and at 4 x 2048 twice, untraced: does the 128-token host term hold at the real shape in the same machine start
 source .whl/common.sh
-C=benchmarks/configs
+C=research/configs
 for round in 1 2; do
   for ck in none selective; do
     tr_ $C/llama-0.95b.json ddp,zero2 1 128 "--checkpointing $ck"

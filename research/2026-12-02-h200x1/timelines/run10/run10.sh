@@ -9,7 +9,7 @@ tr() {  # name model mb seq
   rm -f $R/trace-$1/*/*.trace.json.gz
 }
 tr 1b llama3.2-1b 1 8192
-tr 095b benchmarks/configs/llama-0.95b.json 4 2048
+tr 095b research/configs/llama-0.95b.json 4 2048
 python3 - <<'PY'
 import json, glob, statistics, os
 for f in sorted(glob.glob(os.environ["OUT"] + "/r/trace-*/*/breakdown.json")):

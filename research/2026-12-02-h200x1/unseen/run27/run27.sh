@@ -8,9 +8,9 @@ tr_() {  # model strategies mb seq
   stamp "python3 -m topowise bench train --nproc 1 --device cuda --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --out \$OUT/train.jsonl"
   timeout 170 python3 -m topowise bench train --nproc 1 --device cuda --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --out $R/train.jsonl >> $R/train.txt 2>&1; echo "### exit $?" >> $R/commands.txt
 }
-tr_ benchmarks/configs/llama-wide-l8.json ddp,zero2,zero3 1 4096
-tr_ benchmarks/configs/llama-deep-narrow.json ddp,zero2,zero3 4 2048
-tr_ benchmarks/configs/llama-vocab256k.json ddp,zero3 2 4096
+tr_ research/configs/llama-wide-l8.json ddp,zero2,zero3 1 4096
+tr_ research/configs/llama-deep-narrow.json ddp,zero2,zero3 4 2048
+tr_ research/configs/llama-vocab256k.json ddp,zero3 2 4096
 cd /tmp && tar czf $OUT/r27.tar.gz r27
 python3 - <<'PY'
 import json

@@ -8,8 +8,8 @@ tr_() {  # model strategies mb seq extra
   stamp "python3 -m topowise bench train --nproc 1 --device cuda --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 $5 --out \$OUT/train.jsonl"
   timeout 130 python3 -m topowise bench train --nproc 1 --device cuda --model $1 --strategies $2 --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 $5 --out $R/train.jsonl >> $R/train.txt 2>&1; echo "### exit $?" >> $R/commands.txt
 }
-tr_ benchmarks/configs/llama-wide-l8.json ddp,zero3 1 4096 --compile
-tr_ benchmarks/configs/llama-vocab256k.json zero3 2 4096 "--checkpointing selective"
+tr_ research/configs/llama-wide-l8.json ddp,zero3 1 4096 --compile
+tr_ research/configs/llama-vocab256k.json zero3 2 4096 "--checkpointing selective"
 python3 - <<'PY'
 import json, os
 for l in open(os.environ['OUT'] + '/train.jsonl'):

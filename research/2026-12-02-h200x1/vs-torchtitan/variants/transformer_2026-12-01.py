@@ -8,7 +8,7 @@ The parameter count equals `spec.params` exactly (tested on the presets, built o
 and given the same weights the logits equal transformers' LlamaForCausalLM's (tests/unit/
 test_model_vs_transformers.py): the rotary layout is Hugging Face's "rotate half".
 
-Speed (benchmarks/vs_torchtitan.py, docs/results/2026-12-01-h200x1/vs-torchtitan/): the rotary
+Speed (research/2026-12-02-h200x1/scripts/vs_torchtitan.py, research/2026-12-01-h200x1/vs-torchtitan/): the rotary
 embedding is x cos + roll(x sin'), four elementwise passes, no cat of negated halves and no copy;
 its tables are cast to the compute dtype once per forward, not once per block. Grouped-query
 attention hands SDPA the k and v heads as they are (enable_gqa, `GQA_MODE`) rather than
@@ -40,7 +40,7 @@ ROPE_THETA = 500000.0  # Llama 3 config.json rope_theta
 # How grouped-query attention reaches SDPA: "sdpa" passes the kv heads as they are with
 # enable_gqa=True (the flash and cuDNN kernels read each kv head for its group of query heads);
 # "expand" views them at the full head count (expand + reshape, one copy); "repeat" is
-# repeat_interleave (one copy). benchmarks/vs_torchtitan.py times each.
+# repeat_interleave (one copy). research/2026-12-02-h200x1/scripts/vs_torchtitan.py times each.
 GQA_MODES = ("sdpa", "expand", "repeat")
 GQA_MODE = "sdpa"
 # SDPA's kernels in order of preference: "cudnn" puts cuDNN's attention first, then flash, then the

@@ -13,7 +13,7 @@ tw_() {  # model strategies mb seq extra
 stamp "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/ds/*.whl"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/ds/*.whl; echo "### exit $?" >> $R/commands.txt
 export PYTHONPATH=$PWD:/tmp/site DS_BUILD_OPS=0
-for c in "llama3.2-1b 1 128 l1b" "llama3.2-1b 1 8192 l1b" "benchmarks/configs/llama-0.95b.json 4 2048 095b"; do
+for c in "llama3.2-1b 1 128 l1b" "llama3.2-1b 1 8192 l1b" "research/configs/llama-0.95b.json 4 2048 095b"; do
   set -- $c
   tw_ $1 zero2 $2 $3 "--engine deepspeed --trace /tmp/traces/ds-$4-$3"
   for s in -2 -3; do

@@ -9,7 +9,7 @@ tr_ llama3.2-1b zero2 1 8192 "--engine deepspeed"
 tr_ llama3.2-1b zero2 1 128 "--engine deepspeed"
 export PYTHONPATH=$PWD
 tr_ llama3.2-1b ddp 1 32768
-tr_ benchmarks/configs/smollm2-360m.json ddp 1 32768
-tr_ benchmarks/configs/smollm2-135m.json ddp 1 16384
-tr_ benchmarks/configs/qwen3-0.6b.json ddp 1 4096
+tr_ research/configs/smollm2-360m.json ddp 1 32768
+tr_ research/configs/smollm2-135m.json ddp 1 16384
+tr_ research/configs/qwen3-0.6b.json ddp 1 4096
 table

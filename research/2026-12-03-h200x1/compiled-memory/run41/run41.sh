@@ -2,7 +2,7 @@
 # one H200, one launch: the host's time per block under ddp at 1 x 128, eager and compiled, on six models whose
 # blocks DDPOptimizer compiles in 2 to 6 pieces: does the compiled host time grow with the pieces
 source .whl/common.sh
-C=benchmarks/configs
+C=research/configs
 for m in $C/llama-deep-narrow.json gpt2 $C/llama-0.37b.json qwen2.5-0.5b llama3.2-1b llama3.2-3b; do
   tr_ $m ddp 1 128 ""
   tr_ $m ddp 1 128 "--compile"

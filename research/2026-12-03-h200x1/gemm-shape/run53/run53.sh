@@ -2,7 +2,7 @@
 # one H200: three steps traced and read kernel by kernel: two narrow configs the shape form prices long
 # (smollm2-360m ddp 8x4096, smollm2-135m ddp 16x4096) and a wide one at the same tokens (llama3.2-1b ddp 2x4096)
 source .whl/common.sh
-C=benchmarks/configs
+C=research/configs
 trace_() {  # name model mb seq
   stamp "python3 -m topowise bench train --nproc 1 --device cuda --model $2 --strategies ddp --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --trace /tmp/traces/$1 --out \$OUT/train-traced.jsonl"
   timeout 150 python3 -m topowise bench train --nproc 1 --device cuda --model $2 --strategies ddp --micro-batch $3 --seq-len $4 --steps 6 --warmup 2 --trace /tmp/traces/$1 --out $R/train-traced.jsonl >> $R/train-traced.txt 2>&1; echo "### exit $?" >> $R/commands.txt

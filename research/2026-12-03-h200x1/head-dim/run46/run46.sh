@@ -1,10 +1,10 @@
 #!/bin/bash
 # one H200: explicit head_dim and Qwen3's q/k norms, unseen configs: saved bytes per block, then whole steps
 source .whl/common.sh
-Q=benchmarks/configs/qwen3-0.6b.json; N=benchmarks/configs/mistral-nemo-l8.json
+Q=research/configs/qwen3-0.6b.json; N=research/configs/mistral-nemo-l8.json
 for ddp in "" "--ddp"; do
-  stamp "python3 benchmarks/saved_bytes.py --models $Q,$N --shapes 2x2048 --modes eager,compiled --setting model $ddp --layers 2 --out \$OUT/sb$ddp"
-  timeout 240 python3 benchmarks/saved_bytes.py --models $Q,$N --shapes 2x2048 --modes eager,compiled --setting model $ddp --layers 2 --out $R/sb$ddp > $R/saved_bytes$ddp.txt 2>&1; echo "### exit $?" >> $R/commands.txt
+  stamp "python3 research/2026-12-02-h200x1/scripts/saved_bytes.py --models $Q,$N --shapes 2x2048 --modes eager,compiled --setting model $ddp --layers 2 --out \$OUT/sb$ddp"
+  timeout 240 python3 research/2026-12-02-h200x1/scripts/saved_bytes.py --models $Q,$N --shapes 2x2048 --modes eager,compiled --setting model $ddp --layers 2 --out $R/sb$ddp > $R/saved_bytes$ddp.txt 2>&1; echo "### exit $?" >> $R/commands.txt
   tail -n 9 $R/saved_bytes$ddp.txt
 done
 tr_ $Q ddp,zero2,zero3 4 4096 ""

@@ -23,10 +23,10 @@ OUT = Path(sys.argv[1])
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 if DEV == "cpu":
     torch.cuda.synchronize = lambda: None
-MODELS = ["gpt2", "benchmarks/configs/smollm2-135m.json", "benchmarks/configs/llama-deep-narrow.json",
-          "qwen2.5-0.5b", "benchmarks/configs/llama-0.37b.json", "benchmarks/configs/qwen3-0.6b.json",
-          "llama3.2-1b", "benchmarks/configs/qwen3-1.7b.json", "llama3.2-3b",
-          "benchmarks/configs/mistral-nemo-l8.json"]
+MODELS = ["gpt2", "research/configs/smollm2-135m.json", "research/configs/llama-deep-narrow.json",
+          "qwen2.5-0.5b", "research/configs/llama-0.37b.json", "research/configs/qwen3-0.6b.json",
+          "llama3.2-1b", "research/configs/qwen3-1.7b.json", "llama3.2-3b",
+          "research/configs/mistral-nemo-l8.json"]
 ROUNDS, WARMUP, STEPS, TOKENS = (5, 2, 8, 128) if DEV == "cuda" else (1, 1, 2, 16)
 
 

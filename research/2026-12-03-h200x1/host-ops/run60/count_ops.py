@@ -49,7 +49,7 @@ def one(spec, layers, autocast):
             "bwd_kernels": bk, "fwd_names": cf.names, "bwd_names": cb.names}
 
 rows = []
-for name in ["llama3.2-1b", "benchmarks/configs/llama-0.37b.json", "qwen2.5-0.5b", "benchmarks/configs/qwen3-0.6b.json",
+for name in ["llama3.2-1b", "research/configs/llama-0.37b.json", "qwen2.5-0.5b", "research/configs/qwen3-0.6b.json",
              "gpt2"]:
     spec = load_model(name)
     for autocast in (True, False):

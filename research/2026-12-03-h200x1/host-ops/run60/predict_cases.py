@@ -10,10 +10,10 @@ from topowise.models.spec import load_model
 from topowise.run import Run
 from topowise.topology import load_topology
 
-CASES = [(m, s, mb, seq) for m in ("llama3.2-1b", "benchmarks/configs/qwen3-0.6b.json", "gpt2")
+CASES = [(m, s, mb, seq) for m in ("llama3.2-1b", "research/configs/qwen3-0.6b.json", "gpt2")
          for s in ("ddp", "zero2", "zero3") for mb, seq in ((1, 128),)]
-CASES += [("benchmarks/configs/qwen3-0.6b.json", "ddp", 1, 4096), ("benchmarks/configs/qwen3-1.7b.json", "ddp", 1, 1024),
-          ("benchmarks/configs/qwen3-1.7b.json", "zero3", 1, 1024), ("gpt2", "ddp", 4, 1024)]
+CASES += [("research/configs/qwen3-0.6b.json", "ddp", 1, 4096), ("research/configs/qwen3-1.7b.json", "ddp", 1, 1024),
+          ("research/configs/qwen3-1.7b.json", "zero3", 1, 1024), ("gpt2", "ddp", 4, 1024)]
 
 @contextmanager
 def without_the_term():

@@ -3,7 +3,7 @@
 # alone, the protocol the checkpointing host terms were fitted with) and at 8 x 2048, twice: does the 128-token
 # host term hold at the real shape in the same machine start
 source .whl/common.sh
-C=benchmarks/configs
+C=research/configs
 for round in 1 2; do
   for ck in none full; do
     tr_ $C/llama-deep-narrow.json ddp 1 128 "--checkpointing $ck"
