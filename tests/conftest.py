@@ -1,7 +1,7 @@
 """Markers by folder: tests/dist start processes (`dist`), tests/gpu need CUDA (`gpu`, skipped without it).
 Fixtures: the records measured on 2x H200 that the cost model's tests compare with.
 
-Fast lane: pytest -m "not dist and not gpu" (with pytest-xdist: -n 2). Everything a CPU machine runs: pytest.
+Fast lane: pytest -m "not dist and not gpu and not reference". Everything a CPU machine runs: pytest.
 """
 
 import json

@@ -18,6 +18,7 @@ def plan(strategy, gpus=(0, 1), shard=None, link=478.125, micro_batch=1):
     return LaunchPlan(run=run, topology="hgx-h200-8", link_gbps=link, islands_spanned=1, node_gpus=8)
 
 
+@pytest.mark.reference
 def ds_config(data: dict):
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.config import DeepSpeedConfig

@@ -31,6 +31,7 @@ def test_missing_deepspeed_on_the_command_line_exits_2_without_traceback(no_deep
     assert "Traceback" not in err
 
 
+@pytest.mark.reference
 def test_strategies_deepspeed_does_not_run_are_named():
     pytest.importorskip("deepspeed")
     with pytest.raises(UsageError, match="ddp, hsdp"):
@@ -39,6 +40,7 @@ def test_strategies_deepspeed_does_not_run_are_named():
         train.check_engine("megatron", ("zero1",))
 
 
+@pytest.mark.reference
 def test_request_and_record_carry_the_engine():
     pytest.importorskip("deepspeed")
     req = train.make_request(model="tiny", strategies="zero1,fsdp", device="cpu", engine="deepspeed", seq_len=32)

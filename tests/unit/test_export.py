@@ -179,6 +179,7 @@ def test_deepspeed_config_fields(plan, stage):
         assert cfg["zero_optimization"]["zero_hpz_partition_size"] == 2
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("plan", ALL, ids=lambda p: p.run.strategy)
 def test_deepspeed_accepts_the_config(plan):
     pytest.importorskip("deepspeed")
@@ -203,6 +204,7 @@ def test_accelerate_yaml_is_valid_yaml(plan):
 
 @pytest.mark.parametrize("plan", ALL + [make_plan("zero3", engine="deepspeed")],
                          ids=lambda p: p.run.strategy + ("-deepspeed" if p.run.engine == "deepspeed" else ""))
+@pytest.mark.reference
 def test_accelerate_launch_reads_the_config(plan, tmp_path):
     pytest.importorskip("accelerate")
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser

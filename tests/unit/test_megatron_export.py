@@ -98,6 +98,7 @@ def torchtitan_config_manager(monkeypatch):
         del sys.modules[k]
 
 
+@pytest.mark.reference
 def test_torchtitan_parallelism_loads_through_its_config_manager(torchtitan_config_manager):
     plan = mesh_plan(strategy="zero3", tp=8, pp=4, pp_schedule="interleaved-1f1b", virtual_stages=2, grad_accum=8)
     config = torchtitan_config_manager().parse_args(torchtitan_args(plan))

@@ -15,6 +15,8 @@ import types
 
 import pytest
 
+pytestmark = pytest.mark.reference  # imports a reference implementation (seconds): left out of the fast lane
+
 torch = pytest.importorskip("torch")
 try:
     import triton  # noqa: F401

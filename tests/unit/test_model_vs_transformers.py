@@ -15,6 +15,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.reference  # imports a reference implementation (seconds): left out of the fast lane
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
