@@ -32,8 +32,8 @@ def read(environ: Mapping[str, str] | None = None, nvml=None, sys_root: str | Pa
     if gpus:
         try:
             topology = topology_nvml.discover(nvml).to_dict()
-        except UsageError:
-            topology = None  # the checks that need the wiring say so
+        except (UsageError, AttributeError, TypeError, ValueError):
+            topology = None  # a binding without a call the wiring needs: the checks that need it say so
     nics = _read_nics(sys_root)
     paths = [g.pci_path for g in gpus] + [n.pci_path for n in nics]
     bridges = _read_bridges(sys_root, paths)
