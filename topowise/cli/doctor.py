@@ -48,21 +48,29 @@ def _write(path: Path, text: str) -> None:
 
 
 def _render(snap, found, status: str) -> None:
+    import io
     import sys
 
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    out = Console(width=min(TABLE_WIDTH, Console().width) if sys.stdout.isatty() else TABLE_WIDTH)
-    out.print(f"topowise doctor: {snap.host}, {snap.taken_at}")
+    tty = sys.stdout.isatty()
+    buffer = io.StringIO()
+    out = Console(file=buffer, width=min(TABLE_WIDTH, Console().width) if tty else TABLE_WIDTH,
+                  force_terminal=tty, no_color=not tty, highlight=False)
+    out.print(Text(f"topowise doctor: {snap.host}, {snap.taken_at}"))
     table = Table(box=None, pad_edge=False, show_edge=False)
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("evidence", ratio=3, overflow="fold")
     table.add_column("fix", ratio=2, overflow="fold")
     for c in found:
-        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", c.evidence, c.fix)
+        # Text, not markup: an environment value or a device name may hold "[...]"
+        table.add_row(Text(c.name), Text(c.status, style=STATUS_STYLE[c.status]), Text(c.evidence), Text(c.fix))
     out.print(table)
     counts = {s: sum(c.status == s for c in found) for s in STATUS_STYLE}
     out.print(f"{counts['fail']} fail, {counts['warn']} warn, {counts['ok']} ok"
               + (": exit status 1" if status == "fail" else ""))
+    # rich pads every cell to the column's width: no trailing blanks in a log or a pasted report
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
