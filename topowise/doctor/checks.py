@@ -26,8 +26,9 @@ SLOWDOWNS = {HW_SLOWDOWN: "HW slowdown", SW_THERMAL_SLOWDOWN: "SW thermal slowdo
              HW_THERMAL_SLOWDOWN: "HW thermal slowdown", HW_POWER_BRAKE_SLOWDOWN: "HW power brake"}
 NEAR_SLOWDOWN_C = 5  # within 5 C of the slowdown threshold: warn before the clocks drop
 
-# PCIe base spec 7.7.11.3, ACS Control register: P2P Request Redirect and P2P Completion Redirect send
-# peer-to-peer traffic up to the root complex (NCCL docs, Troubleshooting, "PCI Access Control Services")
+# ACS Control register (PCIe Base Specification, ACS Extended Capability): P2P Request Redirect and P2P
+# Completion Redirect send peer-to-peer traffic up to the root complex (NCCL docs, Troubleshooting, "PCI
+# Access Control Services")
 ACS_P2P_REQUEST_REDIRECT = 0x4
 ACS_P2P_COMPLETION_REDIRECT = 0x8
 ACS_REDIRECT = ACS_P2P_REQUEST_REDIRECT | ACS_P2P_COMPLETION_REDIRECT

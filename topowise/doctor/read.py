@@ -18,7 +18,7 @@ from topowise.envinfo import ENV_PREFIXES
 from topowise.errors import UsageError
 from topowise.topology import nvml as topology_nvml
 
-ACS_CAP_ID = 0x000D  # PCIe extended capability ID of Access Control Services (PCIe base spec 7.7.11)
+ACS_CAP_ID = 0x000D  # extended capability ID of Access Control Services (PCIe Base Specification)
 EXT_CAP_START = 0x100  # extended capabilities begin here; unprivileged reads of sysfs `config` stop at 64 B
 _IOMMU_WORDS = ("iommu", "intel_iommu", "amd_iommu")
 
@@ -56,7 +56,7 @@ def read(environ: Mapping[str, str] | None = None, nvml=None, sys_root: str | Pa
 def _read_gpus(nvml, sys_root: Path) -> tuple[list[GpuState], str | None, str]:
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml as nvml  # type: ignore[no-redef]
         except ImportError:
             return [], None, "no GPU: nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     error = getattr(nvml, "NVMLError", Exception)
