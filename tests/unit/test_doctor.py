@@ -24,6 +24,8 @@ FAULTS = {
     "fault_nic_other_socket": ("NIC NUMA", "warn", ("GPU0-3", "NUMA 0")),
     "fault_nccl_p2p_disable": ("NCCL_P2P_DISABLE", "fail", ("without",)),
     "fault_thermal_throttle": ("clocks", "fail", ("GPU2", "thermal", "91 C")),
+    "fault_cpus_one_socket": ("CPUs", "warn", ("GPU4-7",)),
+    "fault_nccl_nvls_disable": ("NCCL_NVLS_ENABLE", "warn", ("with NVLS",)),
     "fault_row_remap_pending": ("memory errors", "fail", ("GPU6", "pending")),
     "fault_iommu_translated": ("IOMMU", "warn", ("DMA-FQ",)),
 }
@@ -56,6 +58,20 @@ def test_p2p_disable_is_priced_by_the_cost_model():
     found = re.search(r"(\d+) GB/s busbw with NVLink, (\d+) without", check.evidence)
     with_nvlink, without = map(float, found.groups())
     assert without < with_nvlink / 5
+
+
+def test_a_link_nvml_no_longer_lists_counts_as_lost():
+    """Against the board's design: a GPU that reports 17 links where its peers report 18."""
+    snap = _load("healthy_hgx_h100")
+    check = checks.check_nvlink(_with_gpu0(snap, nvlink_up=(True,) * 17))
+    assert check.status == "fail" and "GPU0" in check.evidence
+
+
+def test_nvls_off_on_a_board_without_nvls_costs_nothing():
+    from dataclasses import replace
+
+    nvl = replace(_load("healthy_nvl_h100"), environment={"NCCL_NVLS_ENABLE": "0"})
+    assert [c.status for c in checks.run_checks(nvl) if c.name == "NCCL_NVLS_ENABLE"] == ["ok"]
 
 
 def test_gen_below_max_at_idle_is_not_a_fault():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from topowise.doctor.snapshot import GpuState, Snapshot
+from topowise.doctor.snapshot import GpuState, Snapshot, format_cpulist, parse_cpulist
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 NCCL_ENV_DOC = "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)"
@@ -112,11 +112,19 @@ def check_pcie(snap: Snapshot) -> Check:
 def check_nvlink(snap: Snapshot) -> Check:
     source = "NVML nvmlDeviceGetNvLinkState per link"
 
+    # the board's design: as many links as the GPU of that model with the most (a link NVML no longer lists
+    # is as lost as one it lists down)
+    design: dict[str, int] = {}
+    for g in snap.gpus:
+        design[g.name] = max(design.get(g.name, 0), len(g.nvlink_up))
+
     def finding(g: GpuState):
         down = [i for i, up in enumerate(g.nvlink_up) if not up]
-        if not down:
+        links = design[g.name]
+        if not down and len(g.nvlink_up) == links:
             return None
-        return FAIL, f"link {_ranges(down)} down ({len(g.nvlink_up) - len(down)} of {len(g.nvlink_up)} up)"
+        what = f"link {_ranges(down)} down" if down else f"{links - len(g.nvlink_up)} link(s) missing"
+        return FAIL, f"{what} ({len(g.nvlink_up) - len(down)} of {links} up)"
 
     if not any(g.nvlink_up for g in snap.gpus):
         return Check("NVLink", OK, "no NVLink on these GPUs (PCIe only)", "", source)
@@ -268,13 +276,21 @@ def check_nic_numa(snap: Snapshot) -> Check:
 
 
 def check_cpus(snap: Snapshot) -> Check:
-    source = "os.sched_getaffinity, /sys/devices/system/node/node*/cpulist"
+    source = "os.sched_getaffinity, /sys/devices/system/node/node*/cpulist, /sys/bus/pci/devices/<gpu>/local_cpulist"
     c = snap.cpus
     nodes = len(c.numa_nodes) or 1
     evidence = f"{c.count} CPUs ({c.usable} usable here), {nodes} NUMA node{'s' if nodes > 1 else ''}"
     if snap.gpus and c.usable < len(snap.gpus):
         return Check("CPUs", WARN, f"{evidence}: fewer usable CPUs than GPUs",
                      "ask the scheduler for more CPUs (e.g. Slurm --cpus-per-task)", source)
+    allowed = parse_cpulist(c.affinity)
+    # a rank started from here inherits this affinity: none of its GPU's own CPUs means every host
+    # copy and kernel launch crosses the socket link
+    far = [g.index for g in snap.gpus if allowed and g.local_cpus and not allowed & parse_cpulist(g.local_cpus)]
+    if far:
+        return Check("CPUs", WARN, f"{evidence}; this process may run only on CPUs {c.affinity}, none near "
+                     f"GPU{_ranges(far)}", "let the job use every socket (Slurm: --cpus-per-task, no "
+                     "--cpu-bind to one socket), then bind each rank to its GPU's node", source)
     return Check("CPUs", OK, evidence, "", source)
 
 
@@ -304,6 +320,13 @@ def check_environment(snap: Snapshot) -> list[Check]:
             out.append(Check(name, WARN, f"={env[name]}: forced for every size and group (the cost model does not "
                              "price it here)", f"unset {name} and let NCCL's tuner choose, unless a measurement "
                              "showed the forced one faster", NCCL_ENV_DOC + f", {name}"))
+    if env.get("NCCL_NVLS_ENABLE", "").strip() == "0":
+        cost = nvls_cost(snap)
+        out.append(Check("NCCL_NVLS_ENABLE", WARN if cost else OK,
+                         "=0: no NVLink SHARP (the NVSwitch's in-network reduction)" + (f"; {cost}" if cost else
+                                                                                        ", which this board lacks"),
+                         "unset NCCL_NVLS_ENABLE unless NVLS buffers do not fit in memory" if cost else "",
+                         NCCL_ENV_DOC + ", NCCL_NVLS_ENABLE"))
     if _true(env.get("CUDA_LAUNCH_BLOCKING")):
         out.append(Check("CUDA_LAUNCH_BLOCKING", WARN, "=1: every kernel launch waits for the GPU (debugging only)",
                          "unset CUDA_LAUNCH_BLOCKING", "CUDA Programming Guide, CUDA Environment Variables"))
@@ -338,18 +361,31 @@ def p2p_cost(snap: Snapshot) -> str:
             f"{without:.0f} without")
 
 
+def nvls_cost(snap: Snapshot) -> str:
+    """What NCCL_NVLS_ENABLE=0 costs an all-reduce over the whole node: the cost model with and without
+    NVLS ("" where the board has no NVLS, so nothing is lost)."""
+    if not snap.topology:
+        return ""
+    from dataclasses import replace
+
+    from topowise.costmodel import comm
+    from topowise.costmodel.profile import default_profile
+    from topowise.topology.model import Topology
+
+    topo = Topology.from_dict(snap.topology, where="snapshot topology")
+    gbps, link = comm.group_link(topo, topo.indices)
+    profile = default_profile()
+    on = comm.achieved_gbps("all_reduce", topo.num_gpus, gbps, link, profile)
+    off = comm.achieved_gbps("all_reduce", topo.num_gpus, gbps, link, replace(profile, nvls_enabled=False))
+    if on <= off:
+        return ""
+    return f"all-reduce over GPU{_ranges(topo.indices)} predicted {on:.0f} GB/s busbw with NVLS, {off:.0f} without"
+
+
 def _true(value: str | None) -> bool:
     return value is not None and value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _ranges(indices) -> str:
     """[0, 1, 2, 5] -> "0-2,5"."""
-    items = sorted(indices)
-    parts, start = [], None
-    for i, x in enumerate(items):
-        if start is None:
-            start = x
-        if i + 1 == len(items) or items[i + 1] != x + 1:
-            parts.append(str(start) if start == x else f"{start}-{x}")
-            start = None
-    return ",".join(parts)
+    return format_cpulist(indices)

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-from topowise.doctor.snapshot import Cpus, GpuState, Iommu, NicState, PciBridge, Snapshot
+from topowise.doctor.snapshot import Cpus, GpuState, Iommu, NicState, PciBridge, Snapshot, format_cpulist
 from topowise.envinfo import ENV_PREFIXES
 from topowise.errors import UsageError
 from topowise.topology import nvml as topology_nvml
@@ -225,9 +225,9 @@ def _read_iommu(sys_root: Path, proc_root: Path, bus_ids: list[str]) -> Iommu:
 def _read_cpus(sys_root: Path) -> Cpus:
     count = os.cpu_count() or 0
     try:
-        usable = len(os.sched_getaffinity(0))
+        allowed = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        usable = count
+        allowed = list(range(count))
     nodes = []
     try:
         for p in (sys_root / "devices/system/node").iterdir():
@@ -235,7 +235,8 @@ def _read_cpus(sys_root: Path) -> Cpus:
                 nodes.append((int(p.name[4:]), _text_file(p / "cpulist") or ""))
     except OSError:
         pass
-    return Cpus(count=count, usable=usable, numa_nodes=tuple(sorted(nodes)))
+    return Cpus(count=count, usable=len(allowed), numa_nodes=tuple(sorted(nodes)), affinity=format_cpulist(allowed))
+
 
 
 # --- guarded reads ------------------------------------------------------------------------------------

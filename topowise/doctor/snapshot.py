@@ -79,6 +79,7 @@ class Cpus:
     count: int  # os.cpu_count()
     usable: int  # len(os.sched_getaffinity(0)): what this process (and a launcher it starts) may use
     numa_nodes: tuple[tuple[int, str], ...] = ()  # (node, cpulist) from /sys/devices/system/node
+    affinity: str = ""  # the usable CPUs as a cpulist ("0-55,112-167"): what a launched rank inherits
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ class Snapshot:
                 nics=tuple(_build(NicState, n) for n in data.get("nics", [])),
                 iommu=_build(Iommu, data.get("iommu", {"groups": 0})),
                 cpus=Cpus(count=int(data["cpus"]["count"]), usable=int(data["cpus"]["usable"]),
-                          numa_nodes=tuple((int(n), str(c)) for n, c in data["cpus"].get("numa_nodes", []))),
+                          numa_nodes=tuple((int(n), str(c)) for n, c in data["cpus"].get("numa_nodes", [])),
+                          affinity=str(data["cpus"].get("affinity", ""))),
                 environment={str(k): str(v) for k, v in data.get("environment", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -134,6 +136,31 @@ def _build(cls, data: dict):
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def format_cpulist(cpus) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (the kernel's cpulist form, as in /sys/devices/system/node/node0/cpulist)."""
+    items = sorted(cpus)
+    parts, start = [], None
+    for i, x in enumerate(items):
+        if start is None:
+            start = x
+        if i + 1 == len(items) or items[i + 1] != x + 1:
+            parts.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(parts)
+
+
+def parse_cpulist(text: str | None) -> set[int]:
+    """"0-2,5" -> {0, 1, 2, 5}; "" or None -> set()."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
 
 
 def load(path: str | Path) -> Snapshot:

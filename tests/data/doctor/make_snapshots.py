@@ -14,7 +14,7 @@ from topowise.topology.presets import load_preset
 HERE = Path(__file__).parent
 TAKEN_AT = "2026-12-05T09:00:00+00:00"
 SOCKET_CPUS = {0: "0-55,112-167", 1: "56-111,168-223"}  # 2x 56-core sockets, SMT on
-CPUS = Cpus(count=224, usable=224, numa_nodes=tuple(SOCKET_CPUS.items()))
+CPUS = Cpus(count=224, usable=224, numa_nodes=tuple(SOCKET_CPUS.items()), affinity="0-223")
 IOMMU_PT = Iommu(groups=212, gpu_domain_types=("identity",), cmdline=("intel_iommu=on", "iommu=pt"))
 ACS_ROOT_PORT = 0x5F  # root ports keep ACS on (isolation between root ports); the switch ports below are what count
 
@@ -85,6 +85,9 @@ def snapshots() -> dict[str, Snapshot]:
         "fault_nccl_p2p_disable": replace(hgx, environment={"NCCL_DEBUG": "WARN", "NCCL_P2P_DISABLE": "1"}),
         # HW and SW thermal slowdown: 91 C against an 87 C slowdown threshold, SM clock down
         "fault_thermal_throttle": _with_gpu(hgx, 2, clock_event_reasons=0x60, temperature_c=91, sm_clock_mhz=1290),
+        # a job step bound to socket 0's CPUs: the ranks of GPUs 4-7 would run a socket away from them
+        "fault_cpus_one_socket": replace(hgx, cpus=replace(CPUS, usable=112, affinity=SOCKET_CPUS[0])),
+        "fault_nccl_nvls_disable": replace(hgx, environment={"NCCL_NVLS_ENABLE": "0"}),
         "fault_row_remap_pending": _with_gpu(hgx, 6, remapped_rows_pending=True),
         "fault_iommu_translated": replace(hgx, iommu=Iommu(groups=212, gpu_domain_types=("DMA-FQ",),
                                                             cmdline=("intel_iommu=on",))),
