@@ -22,6 +22,7 @@ FAULTS = {
     "fault_nvlink_down": ("NVLink", "fail", ("GPU5", "link 7 down")),
     "fault_acs_on": ("PCIe ACS", "fail", ("root complex",)),
     "fault_nic_other_socket": ("NIC NUMA", "warn", ("GPU0-3", "NUMA 0")),
+    "fault_nic_off_its_switch": ("NIC rails", "warn", ("GPU3",)),
     "fault_nccl_p2p_disable": ("NCCL_P2P_DISABLE", "fail", ("without",)),
     "fault_thermal_throttle": ("clocks", "fail", ("GPU2", "thermal", "91 C")),
     "fault_cpus_one_socket": ("CPUs", "warn", ("GPU4-7",)),

@@ -52,7 +52,10 @@ def run_checks(snap: Snapshot) -> list[Check]:
     if snap.gpus:
         for check in GPU_CHECKS:
             out.append(check(snap))
-    out += [check_acs(snap), check_iommu(snap), check_nic_numa(snap), check_cpus(snap)]
+    out += [check_acs(snap), check_iommu(snap), check_nic_numa(snap)]
+    if snap.gpus:
+        out.append(check_nic_rails(snap))
+    out.append(check_cpus(snap))
     out += check_environment(snap)
     return out
 
@@ -273,6 +276,28 @@ def check_nic_numa(snap: Snapshot) -> Check:
     evidence = "; ".join(f"GPU{_ranges(gpus)} on NUMA {node}: no NIC there" for node, gpus in sorted(far.items()))
     return Check("NIC NUMA", WARN, f"{evidence} ({where}): their traffic crosses the socket link",
                  "put a NIC in a slot of that socket; until then bind those ranks' CPUs to their GPU's node", source)
+
+
+def check_nic_rails(snap: Snapshot) -> Check:
+    """Where the board puts a NIC beside each GPU under one PCIe switch (HGX/DGX: a rail per GPU), every GPU
+    should have one: GPUDirect RDMA then stays inside the switch (PIX/PXB) instead of crossing the CPU."""
+    source = "sysfs device paths /sys/devices/pci*/.../<device> (the bridges above each GPU and NIC)"
+    switches = {b.pci_bus_id for b in snap.bridges if not b.root_port}
+    rdma = [n for n in snap.nics if n.kind == "rdma"] or list(snap.nics)
+
+    def beside(g: GpuState) -> list[str]:
+        mine = set(g.pci_path) & switches
+        return [n.name for n in rdma if mine & set(n.pci_path)]
+
+    paired = {g.index: beside(g) for g in snap.gpus}
+    if not any(paired.values()):
+        return Check("NIC rails", OK, "no NIC shares a PCIe switch with a GPU (no rails to check)", "", source)
+    alone = [i for i, names in paired.items() if not names]
+    if not alone:
+        return Check("NIC rails", OK, "every GPU has a NIC under its PCIe switch", "", source)
+    return Check("NIC rails", WARN, f"GPU{_ranges(alone)}: no NIC under its PCIe switch, where the other GPUs have "
+                 "one: its RDMA traffic crosses the root complex",
+                 "check the NIC's slot and link (`lspci -tv`, `ibstat`); NCCL picks the nearest NIC left", source)
 
 
 def check_cpus(snap: Snapshot) -> Check:

@@ -82,6 +82,9 @@ def snapshots() -> dict[str, Snapshot]:
                                                   for b in hgx.bridges)),
         # both NICs of the NVL server in slots of socket 1: GPUs 0-3 (socket 0) reach them over the socket link
         "fault_nic_other_socket": replace(nvl, nics=tuple(replace(n, numa_node=1) for n in nvl.nics)),
+        # mlx5_3 moved from GPU3's PCIe switch to a root-port slot of the same socket
+        "fault_nic_off_its_switch": replace(hgx, nics=tuple(replace(n, pci_path=n.pci_path[:1]) if n.name == "mlx5_3"
+                                                            else n for n in hgx.nics)),
         "fault_nccl_p2p_disable": replace(hgx, environment={"NCCL_DEBUG": "WARN", "NCCL_P2P_DISABLE": "1"}),
         # HW and SW thermal slowdown: 91 C against an 87 C slowdown threshold, SM clock down
         "fault_thermal_throttle": _with_gpu(hgx, 2, clock_event_reasons=0x60, temperature_c=91, sm_clock_mhz=1290),
