@@ -113,26 +113,26 @@ def check_pcie(snap: Snapshot) -> Check:
 
 
 def check_nvlink(snap: Snapshot) -> Check:
+    """The board's design is what the best GPU of the same model has up: NVML lists links a card has but
+    no bridge wires (an H100 PCIe without bridge lists them all down), so a link down counts only where
+    a peer of the same model has more links up."""
     source = "NVML nvmlDeviceGetNvLinkState per link"
-
-    # the board's design: as many links as the GPU of that model with the most (a link NVML no longer lists
-    # is as lost as one it lists down)
     design: dict[str, int] = {}
     for g in snap.gpus:
-        design[g.name] = max(design.get(g.name, 0), len(g.nvlink_up))
+        design[g.name] = max(design.get(g.name, 0), sum(g.nvlink_up))
 
     def finding(g: GpuState):
-        down = [i for i, up in enumerate(g.nvlink_up) if not up]
-        links = design[g.name]
-        if not down and len(g.nvlink_up) == links:
+        up = sum(g.nvlink_up)
+        if up >= design[g.name]:
             return None
-        what = f"link {_ranges(down)} down" if down else f"{links - len(g.nvlink_up)} link(s) missing"
-        return FAIL, f"{what} ({len(g.nvlink_up) - len(down)} of {links} up)"
+        down = [i for i, state in enumerate(g.nvlink_up) if not state]
+        what = f"link {_ranges(down)} down, " if down else ""
+        return FAIL, f"{what}{up} of {design[g.name]} up (its peers have {design[g.name]})"
 
-    if not any(g.nvlink_up for g in snap.gpus):
-        return Check("NVLink", OK, "no NVLink on these GPUs (PCIe only)", "", source)
+    if not any(design.values()):
+        return Check("NVLink", OK, "no NVLink up on these GPUs (PCIe only)", "", source)
     status, lines = _per_gpu(snap, finding)
-    evidence = "; ".join(lines) or f"all {sum(len(g.nvlink_up) for g in snap.gpus)} links up"
+    evidence = "; ".join(lines) or f"{'/'.join(str(n) for n in sorted(set(design.values())))} links up per GPU, on all"
     fix = ("`nvidia-smi nvlink -s` and `-e`; reset the GPU or reboot (NVSwitch boards: restart "
            "nvidia-fabricmanager); a link that stays down is a board fault") if status != OK else ""
     return Check("NVLink", status, evidence, fix, source)
