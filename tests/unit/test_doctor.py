@@ -227,3 +227,43 @@ class _FakeNvml:
 
     def nvmlDeviceGetRemappedRows(self, h):
         return (0, 0, 1, 0)
+
+
+# --- node pairs in rounds --------------------------------------------------------------------------------
+@pytest.mark.parametrize("nodes", [2, 5, 8, 64])
+def test_rounds_pair_every_node_once_per_round_and_every_pair_once(nodes):
+    from itertools import combinations
+
+    from topowise.doctor.rounds import pair_rounds
+
+    schedule = pair_rounds(nodes)
+    assert len(schedule) == (nodes - 1 if nodes % 2 == 0 else nodes)
+    for pairs in schedule:
+        ends = [n for p in pairs for n in p]
+        assert len(ends) == len(set(ends))  # nobody in two pairs of one round
+        assert len(pairs) == nodes // 2
+    met = [p for pairs in schedule for p in pairs]
+    assert sorted(met) == list(combinations(range(nodes), 2))
+    assert pair_rounds(nodes, rounds=1) == schedule[:1]
+
+
+def _measure(schedule, slow: set[int], expected: float = 40.0) -> dict:
+    return {p: expected * (0.5 if slow & set(p) else 0.97) for pairs in schedule for p in pairs}
+
+
+def test_a_slow_node_is_named_alone_after_three_rounds():
+    from topowise.doctor.rounds import pair_rounds, slow_nodes
+
+    found = slow_nodes(_measure(pair_rounds(16, rounds=3), {11}), expected_gbps=40.0)
+    assert [(s.node, s.alone) for s in found] == [(11, True)]
+    assert found[0].evidence.count("20.0 of 40.0 GB/s") == 3
+
+
+def test_one_round_cannot_tell_the_ends_of_a_slow_pair_apart():
+    from topowise.doctor.rounds import pair_rounds, slow_nodes
+
+    schedule = pair_rounds(8, rounds=1)
+    partner = next(b if a == 2 else a for a, b in schedule[0] if 2 in (a, b))
+    found = slow_nodes(_measure(schedule, {2}), expected_gbps=40.0)
+    assert sorted((s.node, s.alone) for s in found) == sorted([(2, False), (partner, False)])
+    assert slow_nodes(_measure(pair_rounds(8), set()), expected_gbps=40.0) == []
