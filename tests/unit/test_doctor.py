@@ -135,6 +135,29 @@ def test_cli_exit_status_follows_the_worst_check(capsys):
     assert {"name", "status", "evidence", "fix", "source"} <= set(out["checks"][0])
 
 
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    missing = tmp_path / "none.json"
+    assert main(["doctor", "--snapshot", str(missing)]) == 2
+    with pytest.raises(SystemExit) as exited:  # argparse: the two flags exclude each other
+        main(["doctor", "--snapshot", str(missing), "--save-snapshot", str(tmp_path / "x.json")])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert all(line.startswith("topowise: error: ") for line in err) and len(err) == 2
+
+
+def test_fixtures_are_what_their_script_writes():
+    """Each fixture is the healthy board with one field changed, as make_snapshots.py says."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_snapshots", DATA / "make_snapshots.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made = module.snapshots()
+    assert set(made) == set(HEALTHY) | set(FAULTS)
+    for name, snap in made.items():
+        assert snap == _load(name), name
+
+
 def test_table_fits_80_columns(capsys):
     main(["doctor", "--snapshot", str(DATA / "fault_acs_on.json")])
     lines = capsys.readouterr().out.splitlines()
