@@ -132,7 +132,7 @@ def check_nvlink(snap: Snapshot) -> Check:
     if not any(design.values()):
         return Check("NVLink", OK, "no NVLink up on these GPUs (PCIe only)", "", source)
     status, lines = _per_gpu(snap, finding)
-    evidence = "; ".join(lines) or f"{'/'.join(str(n) for n in sorted(set(design.values())))} links up per GPU, on all"
+    evidence = "; ".join(lines) or f"{'/'.join(str(n) for n in sorted(set(design.values())))} links up on every GPU"
     fix = ("`nvidia-smi nvlink -s` and `-e`; reset the GPU or reboot (NVSwitch boards: restart "
            "nvidia-fabricmanager); a link that stays down is a board fault") if status != OK else ""
     return Check("NVLink", status, evidence, fix, source)
