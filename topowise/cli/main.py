@@ -27,6 +27,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "predicted vs measured on cases calibration did not use"),
     "launch": ("launch", "run a command under torchrun with a plan's placement and environment"),
     "monitor": ("monitor", "summarize what StepMonitor wrote from your own training loop (monitor summarize)"),
+    "doctor": ("doctor", "check this node before a launch (PCIe, NVLink, clocks, ACS, NICs, NCCL_*); exit 1 on a fail"),
     "nccl-tests": ("nccl_tests", "the busbw nccl-tests should show here; a pasted output beside it (--compare)"),
 }
 

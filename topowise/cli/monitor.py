@@ -10,6 +10,7 @@ import math
 SUBVERBS = {
     "summarize": "per-rank and per-step tables and a plot from a StepMonitor run folder: which rank is slow, "
                  "which collective waits, how often",
+    "hang": "which ranks never entered the collective the others wait in, from PyTorch's flight-recorder dumps",
 }
 
 
@@ -21,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_argument("--plot", metavar="PNG", default=None, help="where the plot goes (default: RUN_DIR/monitor.png)")
     sub.add_argument("--no-plot", action="store_true", help="no plot")
     sub.add_argument("--json", action="store_true", help="print JSON")
+    hang = subs.add_parser("hang", help=SUBVERBS["hang"], description=SUBVERBS["hang"])
+    hang.add_argument("dump_dir", metavar="DIR", help="the folder of the dumps, one file <prefix><rank> per rank")
+    hang.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _ms(seconds) -> str:
@@ -30,6 +34,8 @@ def _ms(seconds) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.monitor_verb == "hang":
+        return _hang(args)
     from topowise.monitor.summary import plot, summarize, verdict
 
     summary = summarize(args.run_dir)
@@ -87,4 +93,20 @@ def run(args: argparse.Namespace) -> int:
         out.print(line, soft_wrap=True)
     if png:
         out.print(f"Plot: {png}", soft_wrap=True)
+    return 0
+
+
+def _hang(args: argparse.Namespace) -> int:
+    from topowise.monitor import hang
+
+    dumps, prefix = hang.read_dumps(args.dump_dir)
+    groups = hang.analyze(dumps)
+    lines = hang.verdict(groups)
+    if args.json:
+        print(json.dumps({"dumps": sorted(dumps), "prefix": prefix, "groups": [g.to_dict() for g in groups],
+                          "verdict": lines}, indent=2))
+        return 0
+    print(f"{args.dump_dir}: dumps of rank(s) {','.join(map(str, sorted(dumps)))} ({prefix}<rank>)")
+    for line in lines:
+        print(line)
     return 0
