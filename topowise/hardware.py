@@ -6,7 +6,8 @@ that no measurement here has confirmed yet (see research for what was measured).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from topowise.errors import UsageError
 from topowise.units import GIB, MIB
@@ -23,31 +24,81 @@ class GpuSpec:
     pcie_gen: int
     source: str
     sms: int = 0  # streaming multiprocessors (costmodel/gemm.py: a GEMM's tiles run in waves over them); 0: unknown
+    tdp_w: float = 0.0  # rated board power (the default power limit), W; 0: unknown
+    form: str = ""  # "SXM" (baseboard, NVSwitch or direct NVLink), "PCIe" (a card), "superchip" (Grace + GPUs)
+    nvlink_gbps: float = 0.0  # datasheet NVLink per GPU, GB/s per direction (half the bidirectional figure); 0: none
+    power_limit_w: float = 0.0  # the limit the GPU runs under, W (--power-limit); 0: the rated tdp_w
+    rated_bf16_dense_flops: float = 0.0  # the datasheet peak when a power limit lowered bf16_dense_flops; 0: the same
 
 
-# Matched against the name NVML / nvidia-smi reports, longest key first (see `gpu_spec`).
+# Matched against the name NVML / nvidia-smi reports, longest key first (see `gpu_spec`). Figures are the
+# vendor's datasheet or product page (docs/sources.md, "GPU catalogue", has the URL of each row); "verify"
+# marks a figure read on a secondary page that quotes the vendor. Dense bf16 is half the sparse figure
+# where a page gives only the sparse one. nvlink_gbps is the datasheet's bidirectional figure halved.
 GPUS: dict[str, GpuSpec] = {
     "H200": GpuSpec("H200", 143771 * MIB, 989e12, 4, 5,
                     "memory: nvidia-smi on the 2x H200 machine (143771 MiB); 989 TFLOP/s: NVIDIA H200 datasheet",
-                    sms=132),
+                    sms=132, tdp_w=700, form="SXM", nvlink_gbps=450),
     "H200 NVL": GpuSpec("H200 NVL", 141 * GB, 835e12, 4, 5,
-                        "NVIDIA H200 NVL product text: 141 GB, 1671 TFLOP/s bf16 with sparsity (verify)", sms=132),
+                        "NVIDIA H200 NVL product text: 141 GB, 1671 TFLOP/s bf16 with sparsity (verify)", sms=132,
+                        tdp_w=600, form="PCIe", nvlink_gbps=450),
     "H100": GpuSpec("H100", 80 * GIB, 989e12, 4, 5, "NVIDIA H100 SXM datasheet: 80 GB, 989 TFLOP/s bf16 dense",
-                    sms=132),
+                    sms=132, tdp_w=700, form="SXM", nvlink_gbps=450),
     "H100 NVL": GpuSpec("H100 NVL", 94 * GB, 835e12, 4, 5,
-                        "NVIDIA H100 NVL product text: 94 GB, 1671 TFLOP/s bf16 with sparsity (verify)", sms=132),
-    "A100": GpuSpec("A100", 80 * GIB, 312e12, 3, 4, "NVIDIA A100 datasheet: 80 GB, 312 TFLOP/s bf16", sms=108),
+                        "NVIDIA H100 NVL product text: 94 GB, 1671 TFLOP/s bf16 with sparsity (verify)", sms=132,
+                        tdp_w=400, form="PCIe", nvlink_gbps=300),
+    "H100 PCIe": GpuSpec("H100 PCIe", 80 * GIB, 756e12, 4, 5,
+                         "NVIDIA H100 PCIe datasheet: 80 GB HBM2e, 1513 TFLOP/s bf16 with sparsity, 350 W, NVLink "
+                         "bridge 600 GB/s; 114 SMs (NVIDIA H100 MIG docs)", sms=114, tdp_w=350, form="PCIe",
+                         nvlink_gbps=300),
+    # The H100 of Meta's Grand Teton hosts (torchtitan benchmarks/asyncTP_llama3_h100_2025-06: "96GB HBM2e with
+    # 2.4 TB/sec", run at a 500 W limit); 94 GiB usable, 2.41 TB/s (arXiv 2604.11391, the same part measured).
+    "H100 96GB": GpuSpec("H100 96GB", 94 * GIB, 989e12, 4, 5,
+                         "torchtitan asyncTP_llama3_h100_2025-06: 96GB HBM2e, 2.4 TB/s; arXiv 2604.11391: 94 GiB; "
+                         "GH100 SXM at 700 W rated: 989 TFLOP/s as H100 SXM (verify)", sms=132, tdp_w=700,
+                         form="SXM", nvlink_gbps=450),
+    "H800": GpuSpec("H800", 80 * GIB, 989e12, 4, 5,
+                    "NVIDIA H800 SXM datasheet: 80 GB HBM3, bf16 as H100 SXM (1979 TFLOP/s sparse), NVLink "
+                    "400 GB/s bidirectional (verify)", sms=132, tdp_w=700, form="SXM", nvlink_gbps=200),
+    "H20": GpuSpec("H20", 96 * GB, 148e12, 4, 5,
+                   "NVIDIA H20 product brief as quoted: 96 GB HBM3, 4.0 TB/s, 148 TFLOP/s bf16 dense, NVLink "
+                   "900 GB/s, 400 W (verify)", tdp_w=400, form="SXM", nvlink_gbps=450),
+    "A100": GpuSpec("A100", 80 * GIB, 312e12, 3, 4, "NVIDIA A100 datasheet: 80 GB, 312 TFLOP/s bf16", sms=108,
+                    tdp_w=400, form="SXM", nvlink_gbps=300),
+    # "NVIDIA A100-SXM4-40GB" / "A100-PCIE-40GB": every word of the key must appear (see `gpu_spec`)
+    "A100 40GB": GpuSpec("A100 40GB", 40 * GIB, 312e12, 3, 4,
+                         "NVIDIA A100 datasheet: 40 GB HBM2, 1555 GB/s, 312 TFLOP/s bf16, 400 W SXM", sms=108,
+                         tdp_w=400, form="SXM", nvlink_gbps=300),
     "L40S": GpuSpec("L40S", 48 * GIB, 362e12, 0, 4,
-                    "NVIDIA L40S datasheet: 48 GB, 733 TFLOP/s bf16 with sparsity (verify)", sms=142),
+                    "NVIDIA L40S datasheet: 48 GB, 733 TFLOP/s bf16 with sparsity (verify)", sms=142,
+                    tdp_w=350, form="PCIe"),
+    "L4": GpuSpec("L4", 24 * GIB, 121e12, 0, 4,
+                  "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 242 TFLOP/s bf16 with sparsity, 72 W (verify)",
+                  tdp_w=72, form="PCIe"),
     "RTX 4090": GpuSpec("RTX 4090", 24 * GIB, 165e12, 0, 4,
                         "NVIDIA Ada whitepaper: 165 TFLOP/s bf16 dense with fp32 accumulate (verify)", sms=128),
     "RTX A6000": GpuSpec("RTX A6000", 48 * GIB, 155e12, 3, 4,
                          "NVIDIA RTX A6000 datasheet: 48 GB, 309.7 TFLOP/s with sparsity (verify)", sms=84),
     "V100": GpuSpec("V100", 32 * GIB, 125e12, 2, 3,
                     "NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor; no bf16 (used as its 16-bit rate)", sms=80),
+    "B200": GpuSpec("B200", 180 * GB, 2250e12, 5, 6,
+                    "NVIDIA HGX B200: 1.4 TB for 8 GPUs, 36 PFLOP/s fp16/bf16 sparse for 8 (2.25 dense per GPU), "
+                    "NVLink 5 1.8 TB/s per GPU, 1000 W (MLPerf v6.0 system B200-SXM-180GB, TGP 1000W); 148 SMs "
+                    "(cudaGetDeviceProperties, pytorch/ao PR 4002)", sms=148, tdp_w=1000, form="SXM",
+                    nvlink_gbps=900),
+    "B300": GpuSpec("B300", 288 * GB, 2250e12, 5, 6,
+                    "NVIDIA HGX B300: up to 2.3 TB for 8 GPUs (288 GB), 36 PFLOP/s fp16/bf16 sparse for 8, NVLink 5 "
+                    "1.8 TB/s per GPU, 1100 W (verify)", tdp_w=1100, form="SXM", nvlink_gbps=900),
     "GB200": GpuSpec("GB200", 186 * GB, 2500e12, 5, 6,
-                     "NVIDIA GB200 NVL72 product text: 186 GB per GPU, 5 PFLOP/s bf16 sparse (verify)"),
+                     "NVIDIA GB200 NVL72 product text: 186 GB per GPU, 5 PFLOP/s bf16 sparse (verify)",
+                     tdp_w=1200, form="superchip", nvlink_gbps=900),
+    "GB300": GpuSpec("GB300", 288 * GB, 2500e12, 5, 6,
+                     "NVIDIA GB300 NVL72: 72 GPUs, up to 20.7 TB HBM3e (288 GB each), 360 PFLOP/s fp16/bf16 sparse "
+                     "(2.5 dense per GPU), NVLink 5 1.8 TB/s per GPU, 1400 W (verify)", tdp_w=1400,
+                     form="superchip", nvlink_gbps=900),
 }
+# Left out, no datasheet figure found: RTX PRO 6000 Blackwell (96 GB GDDR7, 600 W, 188 SMs are published; its
+# dense bf16 tensor rate is not), so it is predicted only with a calibrated --profile.
 
 # Per NVLink link, GB/s per direction, by generation.
 NVLINK_GBPS_PER_LINK: dict[int, float] = {
@@ -165,13 +216,20 @@ NIC_GBPS: dict[str, float] = {name: kind.busbw_gbps for name, kind in NETWORKS.i
 
 
 def gpu_spec(name: str) -> GpuSpec:
-    """The spec whose key appears in `name` ("NVIDIA H100 80GB HBM3" -> H100), longest key first."""
-    upper = name.upper()
+    """The spec whose key `name` names ("NVIDIA H100 80GB HBM3" -> H100, "NVIDIA A100-SXM4-40GB" -> A100 40GB),
+    longest key first."""
     for key in sorted(GPUS, key=len, reverse=True):
-        if key.upper() in upper:
+        if names_part(name, key):
             return GPUS[key]
     # An unknown part: no peak to predict with; callers show the name and ask for --profile.
     return GpuSpec(name, 0, 0.0, 0, 4, "unknown GPU: no datasheet row")
+
+
+def names_part(name: str, key: str) -> bool:
+    """Does a reported GPU name name the catalogue key? Every word of the key appears in it, not followed by
+    a digit: "L4" is not "L40S", "H20" not "H200", "A100 40GB" is "NVIDIA A100-SXM4-40GB"."""
+    upper = name.upper()
+    return all(re.search(re.escape(word) + r"(?!\d)", upper) for word in key.upper().split())
 
 
 def known_gpu_names() -> str:
@@ -208,13 +266,59 @@ HBM_BYTES_PER_S: dict[str, float] = {
     "RTX A6000": 0.768e12,  # NVIDIA RTX A6000 datasheet: 768 GB/s
     "V100": 0.9e12,  # NVIDIA V100 SXM2 datasheet: 900 GB/s
     "GB200": 8.0e12,  # NVIDIA GB200 NVL72 product text: 8 TB/s per GPU (verify)
+    "H100 PCIe": 2.0e12,  # NVIDIA H100 PCIe datasheet: 2 TB/s
+    "H100 96GB": 2.4e12,  # torchtitan asyncTP_llama3_h100_2025-06: 2.4 TB/s (arXiv 2604.11391: 2.41)
+    "H800": 3.35e12,  # NVIDIA H800 SXM datasheet: 3.35 TB/s, as H100 SXM (verify)
+    "H20": 4.0e12,  # NVIDIA H20 product brief as quoted: 4.0 TB/s (verify)
+    "A100 40GB": 1.555e12,  # NVIDIA A100 40GB SXM datasheet: 1,555 GB/s
+    "L4": 0.3e12,  # NVIDIA L4 datasheet: 300 GB/s
+    "B200": 8.0e12,  # NVIDIA HGX B200: 64 TB/s for 8 GPUs (the bus read back gives 7.68: pytorch/ao PR 4002)
+    "B300": 8.0e12,  # NVIDIA HGX B300: 8 TB/s per GPU (verify)
+    "GB300": 8.0e12,  # NVIDIA GB300 NVL72: 576 TB/s for 72 GPUs (verify)
 }
 
 
 def hbm_bytes_per_s(name: str) -> float:
     """Memory bandwidth of the part named (same matching as `gpu_spec`); 1 TB/s for an unknown part."""
-    upper = name.upper()
     for key in sorted(HBM_BYTES_PER_S, key=len, reverse=True):
-        if key.upper() in upper:
+        if names_part(name, key):
             return HBM_BYTES_PER_S[key]
     return 1.0e12  # unknown part: a round figure, to be replaced by calibration
+
+
+# --- Power limit and the clock it allows -------------------------------------------------------------
+# Under a power limit the GPU lowers its SM clock until the board draws no more than the limit (NVML
+# clocks_event_reasons "SW power cap"). Dynamic power is C V^2 f and across the DVFS range the voltage
+# rises with the clock, so power goes as f^3 and the clock as the cube root of power (docs/sources.md,
+# "Power limit"). The datasheet peak and the calibrated efficiency behind every prediction were
+# measured at the rated limit (the 2x H200 machine here ran its steps at 1484-1959 MHz of 1980 under
+# 700 W: research/2026-12-02-h200x1/clocks), so the rated limit is the reference: clock ratio 1 there.
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+
+
+def clock_fraction(spec: GpuSpec, limit_w: float) -> float:
+    """The SM clock under `limit_w`, as a fraction of the clock at the part's rated limit (<= 1)."""
+    if limit_w <= 0 or not spec.tdp_w or limit_w >= spec.tdp_w:
+        return 1.0
+    return (limit_w / spec.tdp_w) ** POWER_CLOCK_EXPONENT
+
+
+def check_power_limit(spec: GpuSpec, limit_w: float, flag: str = "--power-limit") -> None:
+    """Refuse a limit the part cannot be set to: none at all, above its rated power, or an unknown rating."""
+    if not limit_w > 0:
+        raise UsageError(f"{flag} {limit_w:g}: give the GPU's power limit in watts, above 0")
+    if not spec.tdp_w:
+        raise UsageError(f"{flag}: the rated power of {spec.name!r} is not in the catalogue, so a limit cannot be "
+                         f"priced; GPUs with a rating: {', '.join(k for k, v in GPUS.items() if v.tdp_w)}")
+    if limit_w > spec.tdp_w:
+        raise UsageError(f"{flag} {limit_w:g}: above the {spec.name} rated {spec.tdp_w:g} W, the most nvidia-smi "
+                         "-pl accepts")
+
+
+def at_power_limit(spec: GpuSpec, limit_w: float) -> GpuSpec:
+    """The row as run under `limit_w` watts: its bf16 rate scaled by the clock the limit allows; 0: unchanged."""
+    if not limit_w:
+        return spec
+    rated = spec.rated_bf16_dense_flops or spec.bf16_dense_flops
+    return replace(spec, bf16_dense_flops=rated * clock_fraction(spec, limit_w), power_limit_w=limit_w,
+                   rated_bf16_dense_flops=rated)

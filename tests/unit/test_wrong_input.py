@@ -66,7 +66,7 @@ CASES = [
      ["--gpu-name", "nvidia-smi -L"]),
     (["study", "--topologies", "{smi},h200-x2", "--out", "{under_file}"], ["--gpu-name"]),
     (["topo", "--file", "{smi}", "--gpu-name", "NoSuchGPU"], ["--gpu-name 'NoSuchGPU'", "H200, H200 NVL, H100"]),
-    (["plan", "--model", "tiny", "--topology", "{smi}", "--gpu-name", "B300"], ["--gpu-name 'B300'", "A100"]),
+    (["plan", "--model", "tiny", "--topology", "{smi}", "--gpu-name", "MI300X"], ["--gpu-name 'MI300X'", "A100"]),
     (["plan", "--model", "tiny", "--topology", "h200-x2", "--gpu-name", "H100"], ["--gpu-name applies to"]),
     (["study", "--topologies", "h200-x2", "--gpu-name", "H100", "--out", "{under_file}"], ["--gpu-name applies"]),
     # accepted nonsense before

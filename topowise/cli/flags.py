@@ -17,6 +17,25 @@ def add_model_arguments(parser: argparse.ArgumentParser, fabric_help: str) -> No
     parser.add_argument("--model-profile", metavar="FILE",
                         help="a model profile (topowise profile): its measured compute, activations and host time "
                              "replace the analytic ones; --model module:function names the model profiled")
+    parser.add_argument("--power-limit", type=float, metavar="W",
+                        help="every GPU's power limit in watts (nvidia-smi -pl), at most the part's rated power: "
+                             "compute runs at the clock the limit allows (clock ~ power^(1/3)); default the rated "
+                             "power")
+
+
+def power_limited(topology, args: argparse.Namespace):
+    """The topology with --power-limit on its GPUs (a property of the hardware, carried by the node so a
+    cluster's nodes all have it); unchanged without the flag."""
+    from dataclasses import replace
+
+    from topowise import hardware
+
+    watts = getattr(args, "power_limit", None)
+    if watts is None:
+        return topology
+    hardware.check_power_limit(topology.node.gpu_spec, watts)
+    node = replace(topology.node, power_limit_w=watts)
+    return node if topology.node is topology else replace(topology, node=node)
 
 
 def model_from_args(args: argparse.Namespace):

@@ -76,7 +76,7 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
 
 def plan_inputs(args: argparse.Namespace):
     """(model, topology, the planner's keyword arguments but `top`) from the plan flags, checked."""
-    from topowise.cli.flags import model_from_args
+    from topowise.cli.flags import model_from_args, power_limited
     from topowise.topology import load_topology
     from topowise.topology.model import parse_gpu_list
 
@@ -86,7 +86,7 @@ def plan_inputs(args: argparse.Namespace):
     model = model_from_args(args)  # a preset, a config.json, or module:function (with --model-profile)
     if getattr(model, "model_profile", None) is not None:  # measured at one micro-batch: plan at that one
         micro_batch = model.model_profile.micro_batch if micro_batch is None else micro_batch
-    topo = load_topology(args.topology, getattr(args, "gpu_name", None), need_gpu_model=True)
+    topo = power_limited(load_topology(args.topology, getattr(args, "gpu_name", None), need_gpu_model=True), args)
     if num_gpus is not None and num_gpus > topo.num_gpus:
         raise UsageError(f"--num-gpus {num_gpus} is more than topology {topo.name!r} has ({topo.num_gpus} GPUs)")
     gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None

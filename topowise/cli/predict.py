@@ -48,7 +48,7 @@ def prediction_from_args(args: argparse.Namespace):
 
 def run_from_args(args: argparse.Namespace):
     """(Run, topology, Profile) from the predict flags, checked."""
-    from topowise.cli.flags import checkpointing_from_args, mesh_from_args, model_from_args
+    from topowise.cli.flags import checkpointing_from_args, mesh_from_args, model_from_args, power_limited
     from topowise.costmodel.profile import default_profile
     from topowise.costmodel.profile_store import resolve_profile
     from topowise.errors import UsageError
@@ -57,7 +57,7 @@ def run_from_args(args: argparse.Namespace):
     from topowise.topology.model import parse_gpu_list
 
     model = model_from_args(args)  # a preset, a config.json, or module:function (with --model-profile)
-    topo = load_topology(args.topology, args.gpu_name, need_gpu_model=True)
+    topo = power_limited(load_topology(args.topology, args.gpu_name, need_gpu_model=True), args)
     if args.gpus is not None:
         gpus = parse_gpu_list(args.gpus, topo)
     else:

@@ -131,6 +131,7 @@ class Topology:
     nvswitch: bool = False
     pcie_gen: int = 4
     source: str = ""
+    power_limit_w: float = 0.0  # every GPU's power limit, W (--power-limit); 0: the part's rated power
     _index: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -160,7 +161,8 @@ class Topology:
 
     @property
     def gpu_spec(self) -> hardware.GpuSpec:
-        return hardware.gpu_spec(self.gpus[0].name) if self.gpus else hardware.gpu_spec("")
+        spec = hardware.gpu_spec(self.gpus[0].name) if self.gpus else hardware.gpu_spec("")
+        return hardware.at_power_limit(spec, self.power_limit_w)
 
     @property
     def pcie_gbps(self) -> float:
@@ -357,6 +359,7 @@ class Topology:
             "islands": [list(i) for i in self.islands()],
             "pairs": [asdict(l) for l in self.links],
             "nics": [dict(asdict(n), nearest_gpus=list(n.nearest_gpus)) for n in self.nics],
+            **({"power_limit_w": self.power_limit_w} if self.power_limit_w else {}),
         }
 
     @classmethod
@@ -371,6 +374,7 @@ class Topology:
                 nvswitch=bool(data.get("nvswitch", False)),
                 pcie_gen=int(data.get("pcie_gen", 4)),
                 source=data.get("source", where),
+                power_limit_w=float(data.get("power_limit_w", 0.0)),
             )
         except (KeyError, TypeError) as exc:
             raise UsageError(f"{where}: topology JSON is missing or has a bad field ({exc})") from None

@@ -29,6 +29,21 @@ def _nvswitch_node(name, gpu, nvlinks, source, nics=()):
     return build(name, gpu, kinds, nvlink_counts=counts, nvswitch=True, numa=_two_sockets(8), source=source, nics=nics)
 
 
+def _direct_nvlink_node(name, gpu, n, nvlinks, source):
+    """n GPUs with a direct NVLink bundle between every pair and no switch (HGX 4-GPU boards)."""
+    kinds = _all_pairs(range(n), NVLINK)
+    return build(name, gpu, kinds, nvlink_counts=dict.fromkeys(kinds, nvlinks), numa=_two_sockets(n), source=source)
+
+
+def _nvl72_rack(name, gpu, source):
+    """A GB200/GB300 NVL72 rack: 18 compute trays of 2 Grace CPUs and 4 GPUs, every GPU's 18 NVLink 5 links
+    going to the rack's NVLink Switch trays, so the 72 GPUs are one NVSwitch island (each pair: the GPU's
+    whole port, as on an HGX board). NUMA: a Grace CPU and its 2 GPUs."""
+    kinds = _all_pairs(range(72), NVLINK)
+    return build(name, gpu, kinds, nvlink_counts=dict.fromkeys(kinds, 18), nvswitch=True,
+                 numa={i: i // 2 for i in range(72)}, source=source)
+
+
 def _bridged_node(name, gpu, groups, links_per_pair, source):
     kinds = _pcie_by_socket(8)
     counts = {}
@@ -54,6 +69,39 @@ PRESETS = {
         "8x H200 SXM on an NVSwitch board, NV18 all-to-all (478 GB/s per direction per GPU)",
         lambda: _nvswitch_node("hgx-h200-8", "NVIDIA H200", 18,
                                "shape: NVIDIA HGX H200 (same board as HGX H100); rates: hardware.py"),
+    ),
+    "hgx-h100-4": (
+        "4x H100 SXM on an HGX 4-GPU board, NV6 direct between every pair, no NVSwitch (478 GB/s per GPU)",
+        lambda: _direct_nvlink_node("hgx-h100-4", "NVIDIA H100 80GB HBM3", 4, 6,
+                                    "NVIDIA HGX H100 4-GPU: 4 GPUs fully connected by direct NVLink 4, 18 links per "
+                                    "GPU = 6 to each of 3 peers (verify); rates: hardware.py"),
+    ),
+    "hgx-h800-8": (
+        "8x H800 SXM on an NVSwitch board, NV8 all-to-all (212.5 GB/s per direction per GPU: NVLink cut to "
+        "400 GB/s bidirectional)",
+        lambda: _nvswitch_node("hgx-h800-8", "NVIDIA H800", 8,
+                               "NVIDIA H800 SXM: NVLink 400 GB/s bidirectional = 8 NVLink 4 links of 50 GB/s "
+                               "(verify); board as HGX H100; rates: hardware.py"),
+    ),
+    "hgx-b200-8": (
+        "8x B200 SXM on an NVLink 5 switch board, NV18 all-to-all (900 GB/s per direction per GPU)",
+        lambda: _nvswitch_node("hgx-b200-8", "NVIDIA B200", 18,
+                               "NVIDIA HGX B200: 8 GPUs, NVLink 5 switch, 1.8 TB/s per GPU; `nvidia-smi topo -m` "
+                               "on HGX B200 shows NV18 all-to-all (Vultr hardware overview); rates: hardware.py"),
+    ),
+    "gb200-nvl72": (
+        "72x B200 (GB200 NVL72 rack): 18 trays of 4 GPUs, one NVLink 5 switch domain, NV18 (900 GB/s per direction "
+        "per GPU)",
+        lambda: _nvl72_rack("gb200-nvl72", "NVIDIA GB200",
+                            "NVIDIA GB200 NVL72: 72 GPUs and 36 Grace CPUs in 18 compute trays, 9 NVLink switch "
+                            "trays, 1.8 TB/s per GPU, 130 TB/s in all; rates: hardware.py"),
+    ),
+    "gb300-nvl72": (
+        "72x B300 (GB300 NVL72 rack): 18 trays of 4 GPUs, one NVLink 5 switch domain, NV18 (900 GB/s per direction "
+        "per GPU)",
+        lambda: _nvl72_rack("gb300-nvl72", "NVIDIA GB300",
+                            "NVIDIA GB300 NVL72: 72 GPUs and 36 Grace CPUs in 18 compute trays, NVLink 5 at "
+                            "1.8 TB/s per GPU, 130 TB/s in all; rates: hardware.py"),
     ),
     "h100-nvl-8": (
         "8x H100 NVL, four NV12-bridged pairs, PCIe Gen5 between pairs (NODE in a socket, SYS across)",
