@@ -265,8 +265,26 @@ def _row_from(words: list[str], op: str, layout: str) -> MeasuredRow | None:
     if len(values) < 3 or any(v is None for v in values[:3]):
         return None
     values += [None] * (8 - len(values))
+    _check_row(words, int(words[0]), values)
     return MeasuredRow(op, int(words[0]), int(words[1]), words[2], words[3], int(words[4]) if has_root else -1,
                        values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7])
+
+
+# No GPU holds a buffer this large (the largest carry under 300 GB): a size past it is not a measurement.
+MAX_BUFFER_BYTES = 2**40
+
+
+def _check_row(words: list[str], nbytes: int, values: list[float | None]) -> None:
+    """A result line nccl-tests could have printed: a size a GPU holds, times above 0, rates >= 0, all finite
+    (a negative time or an inf rate would rank as faster than any prediction)."""
+    line = " ".join(words)
+    if nbytes > MAX_BUFFER_BYTES:
+        raise UsageError(f"nccl-tests line {line!r}: a size of {nbytes:.3g} bytes, past the 1 TiB no GPU holds")
+    times, rates = values[0::4], [v for i, v in enumerate(values) if i % 4 in (1, 2)]
+    if any(t is not None and not 0 < t < math.inf for t in times):
+        raise UsageError(f"nccl-tests line {line!r}: a time must be above 0 us and finite")
+    if any(r is not None and not 0 <= r < math.inf for r in rates):
+        raise UsageError(f"nccl-tests line {line!r}: algbw and busbw must be >= 0 GB/s and finite")
 
 
 def _guess_op(words: list[str]) -> str:

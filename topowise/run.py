@@ -223,6 +223,8 @@ class Run:
             raise UsageError("no GPUs chosen: give --gpus or --num-gpus")
         if len(set(self.gpus)) != len(self.gpus):
             raise UsageError(f"GPU list {list(self.gpus)} names a GPU twice")
+        if min(self.gpus) < 0:
+            raise UsageError(f"GPU list {list(self.gpus)} names GPU {min(self.gpus)}: GPUs are numbered from 0")
         self._check_mesh()
         if self.shard_group_size is not None:
             if not self.spec.replicated:

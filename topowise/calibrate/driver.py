@@ -72,6 +72,7 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
               plan: Plan | None = None, fit_names: list[str] | None = None, design: bool = False,
               compile: bool = False) -> Calibration:
     """Measure (unless from_records), fit, write the profile (to `out` and the cache)."""
+    check_out_path(out)  # before minutes of measuring, not after
     started = time.monotonic()
     if from_records:
         folder = Path(from_records)
@@ -132,14 +133,30 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
                        report, None if from_records else round(time.monotonic() - started, 1))
 
 
+def check_out_path(out: str | None) -> None:
+    """--out names a profile file that can be written: not a folder, not under a file."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise UsageError(f"--out {out} is a folder: give the profile's file name, e.g. {path / 'profile.json'}")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"--out {out}: {parent} is a file, not a folder")
+
+
 def write_profile(profile: Profile, *paths: Path | None) -> None:
     """The profile's JSON to each path given, whole or not at all (written beside it, then renamed)."""
     for path in paths:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(profile.to_json() + "\n")
-            tmp.replace(path)
+            try:
+                tmp.write_text(profile.to_json() + "\n")
+                tmp.replace(path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)  # no half-written file left beside it
+                raise UsageError(f"cannot write the profile to {path}: {exc.strerror}") from None
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,7 @@ def calibrate_encryption(*, out: str | None, records: str | None, use_cache: boo
     from topowise.costmodel.profile import default_profile, load_profile
     from topowise.costmodel.profile_store import find_cached_profile
 
+    check_out_path(out)
     target = Path(out) if out else None
     cached = find_cached_profile() if use_cache else None
     if target is not None and target.is_file():

@@ -58,7 +58,7 @@ def add_checkpointing_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activation checkpointing: none, selective (per op: keep the matmul and attention "
                              "outputs, recompute the rest; or every k-th block, --selective-ac-option k) or full "
                              "(recompute every block); default none, full with --activation-checkpointing")
-    parser.add_argument("--selective-ac-option", default="op", metavar="op|K",
+    parser.add_argument("--selective-ac-option", default=None, metavar="op|K",
                         help="with --checkpointing selective: op (per op, default) or an integer k (every k-th block)")
 
 
@@ -71,9 +71,9 @@ def checkpointing_from_args(args: argparse.Namespace) -> tuple[str, str]:
     mode = args.checkpointing or ("full" if legacy else "none")
     if legacy and mode != "full":
         raise UsageError(f"--activation-checkpointing means --checkpointing full, not {mode}: give one of them")
-    if args.selective_ac_option != "op" and mode != "selective":
+    if args.selective_ac_option is not None and mode != "selective":  # given at all, even "op": it would be ignored
         raise UsageError(f"--selective-ac-option applies to --checkpointing selective, not {mode}")
-    return normalize_checkpointing(mode, args.selective_ac_option)
+    return normalize_checkpointing(mode, args.selective_ac_option or "op")
 
 
 def add_mesh_arguments(parser: argparse.ArgumentParser) -> None:

@@ -69,11 +69,29 @@ def torchrun_prefix() -> tuple[str, ...]:
                      "(--dry-run prints the command without it)")
 
 
+def check_command_exists(command: list[str]) -> None:
+    """The program or script torchrun would start exists: else every rank fails in torchrun's traceback."""
+    if not command or command[0] == "-m":
+        return  # no command is refused by launch_config; a module is found by its own Python
+    head = command[0]
+    if head.endswith(".py"):
+        if not os.path.isfile(head):
+            raise UsageError(f"cannot launch {head}: no such script")
+        return
+    if os.sep in head:
+        if not os.path.isfile(head) or not os.access(head, os.X_OK):
+            raise UsageError(f"cannot launch {head}: " + ("not executable" if os.path.isfile(head) else "no such file"))
+    elif shutil.which(head) is None:
+        raise UsageError(f"cannot launch {head}: not found on PATH")
+
+
 def run(args: argparse.Namespace) -> int:
     from topowise.export.torchrun import launch_config, shell_line
 
     plan = launch_plan_from_args(args)
     command = command_of(args)
+    if not args.dry_run:  # a dry run prints the command for another machine, where it may exist
+        check_command_exists(command)
     torchrun = ("torchrun",) if args.dry_run else torchrun_prefix()
     argv, env = launch_config(plan, command, torchrun)
     for warning in plan.warnings:

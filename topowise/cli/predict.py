@@ -77,6 +77,7 @@ def run_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "network", None) is not None:
         return run_networks(args)
+    prices_from_args(args)  # checked even where only --network reads the prices: a wrong one is never ignored
     prediction, profile = prediction_from_args(args)
     from topowise.costmodel.profiled import profiled_summary
 

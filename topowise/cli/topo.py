@@ -97,6 +97,9 @@ def _load_file(path: str, gpu_name: str | None):
         text, name = sys.stdin.read(), "stdin"
     else:
         p = Path(path)
+        if p.is_dir():
+            raise UsageError(f"--file {path} is a folder: give a file, `topowise topo --json` output or "
+                             "`nvidia-smi topo -m` text")
         if not p.is_file():
             raise UsageError(f"--file {path}: no such file (give `topowise topo --json` output or "
                              "`nvidia-smi topo -m` text)")

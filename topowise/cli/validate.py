@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     topology = None
     if args.measured:
+        if not Path(args.measured).is_file():  # before the profile: its absence is not what is wrong
+            raise UsageError(f"--measured {args.measured}: " + ("a folder" if Path(args.measured).is_dir() else
+                             "no such file") + "; give the records JSONL that `bench train` or `validate` wrote")
         meta = Path(args.measured).with_name(META_FILE)
         meta_doc = json.loads(meta.read_text()) if meta.is_file() else {}
         device, nproc = args.device or meta_doc.get("device") or "cuda", 0  # the records' device: which cache
@@ -130,6 +133,16 @@ def cached_profile(device: str):
         return None
 
 
+def target_item(item: str, ok: bool, summary: dict) -> str:
+    """One item of a `target:` line; an item about GPU- or host-bound cases says so when there are none
+    (a vacuous yes would read as measured and met)."""
+    for bound in ("gpu", "host"):
+        words = "GPU-bound" if bound == "gpu" else "host-bound"
+        if item.startswith(words) and not summary.get("by_bound", {}).get(bound, {}).get("cases"):
+            return f"{item} [yellow]no {words} case[/]"
+    return f"{item} {'[green]yes[/]' if ok else '[red]no[/]'}"
+
+
 def render(result, where: str, device: str) -> None:
     from topowise.calibrate.validate import meets_target, meets_unseen_target
     from topowise.cli.console import console as make_console
@@ -186,8 +199,7 @@ def render(result, where: str, device: str) -> None:
         console.print(f"[red]{problem}[/]")
     if result.rows:
         for label, target in (("target", meets_target(s)), ("unseen-workload target", meets_unseen_target(s))):
-            console.print(f"{label}: " + ", ".join(f"{k} {'[green]yes[/]' if v else '[red]no[/]'}"
-                                                    for k, v in target.items()))
+            console.print(f"{label}: " + ", ".join(target_item(k, v, s) for k, v in target.items()))
     if result.out:
         console.print(f"per case: {result.out}")
     if result.plot:

@@ -216,6 +216,8 @@ def load_profile(path: str | Path) -> Profile:
                          "`topowise calibrate` wrote") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:  # the parser recurses per level
+        raise UsageError(f"{path}: not a profile (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a profile is a JSON object")
     return Profile.from_dict(data, str(path))

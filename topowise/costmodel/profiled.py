@@ -107,7 +107,7 @@ def load_model_profile(path: str | Path) -> ModelProfile:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise UsageError(f"--model-profile {path}: cannot read it ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deeply
         raise UsageError(f"--model-profile {path}: not JSON; give the file `topowise profile --out` wrote") from None
     return ModelProfile.from_dict(data, str(path))
 

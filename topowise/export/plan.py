@@ -192,7 +192,7 @@ class LaunchPlan:
         try:
             p = data["plan"]
             nccl = data.get("nccl") or {}
-            return cls(
+            plan = cls(
                 run=Run.from_dict(dict(p, model=_model_spec(data, where))), topology=str(data["topology"]),
                 step_time_s=float(p.get("step_time_s", 0.0)), tokens_per_s=float(p.get("tokens_per_s", 0.0)),
                 peak_memory_bytes=int(p.get("peak_memory_bytes", 0)),
@@ -207,6 +207,14 @@ class LaunchPlan:
             raise UsageError(f"{where}: plan JSON is missing or has a bad field ({exc})") from None
         except UsageError as exc:  # what Run (or the NCCL choice) refuses
             raise UsageError(f"{where}: {exc}") from None
+        plan.check_gpus_on_node(where)
+        return plan
+
+    def check_gpus_on_node(self, where: str) -> None:
+        """A single-node plan's GPUs exist on its node (CUDA_VISIBLE_DEVICES=0,99 would start no rank 1)."""
+        if self.num_nodes == 1 and self.node_gpus and max(self.run.gpus) >= self.node_gpus:
+            raise UsageError(f"{where}: GPU {max(self.run.gpus)} is not on the plan's node of {self.node_gpus} GPUs "
+                             f"(0-{self.node_gpus - 1})")
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -236,4 +244,6 @@ def load_plan_file(path: str) -> LaunchPlan:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not a topowise plan: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:  # the parser recurses per level
+        raise UsageError(f"{path} is not a topowise plan: JSON nested too deeply") from None
     return LaunchPlan.from_dict(data, path)

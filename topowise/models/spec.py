@@ -137,6 +137,9 @@ def load_model(name_or_path: str, wrap_class: str | None = None) -> ModelSpec:
 
         return describe_callable(name_or_path, wrap_class=wrap_class)  # type: ignore[return-value]
     if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"model folder {name_or_path!r} holds no config.json: give the folder of a Hugging "
+                             "Face checkpoint (with its config.json), the config.json itself, or a preset")
         path = path / "config.json"
     if not path.is_file():
         raise UsageError(f"unknown model {name_or_path!r}: give a preset ({', '.join(PRESETS)}) "
@@ -145,6 +148,8 @@ def load_model(name_or_path: str, wrap_class: str | None = None) -> ModelSpec:
         config = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: not a readable JSON config ({exc})") from None
+    except RecursionError:  # the parser recurses per level: nesting past ~1000 levels is not a config
+        raise UsageError(f"{path}: not a Hugging Face config (JSON nested too deeply)") from None
     if not isinstance(config, dict):
         raise UsageError(f"{path}: a Hugging Face config.json holds an object, not {type(config).__name__}")
     spec = spec_from_hf_config(config, name=config_name(path), where=str(path))

@@ -96,6 +96,8 @@ def topology_from_text(text: str, where: str, gpu_name: str | None = None) -> Wi
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except RecursionError:  # the parser recurses per level: no topology nests that deep
+            raise UsageError(f"{where}: not a topology (JSON nested too deeply)") from None
         if isinstance(data, dict) and data.get("format") == CLUSTER_FORMAT:
             return Cluster.from_dict(data, where)
         return Topology.from_dict(data, where)

@@ -588,7 +588,7 @@ def load_cluster(name_or_path: str) -> Cluster | None:
     if name_or_path.endswith(".json") and path.is_file():
         try:
             data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None  # let the topology loader report it
         if isinstance(data, dict) and data.get("format") == FORMAT:
             return Cluster.from_dict(data, str(path))

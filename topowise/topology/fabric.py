@@ -6,6 +6,7 @@ forms that give them ("ib-ndr", "eth-100x2", "custom-25gbit-5us", "rack=4,apart=
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -40,6 +41,11 @@ LAYOUT_SYNTAX = ("/rack=<nodes per rack>,apart=<metres between racks, e.g. 100m 
                  "racks>,rail=<nodes per rail group>")
 
 
+# No server carries more network adapters than this (a DGX B200: 8 compute + 2 storage NICs); a count
+# past it is a typo that would multiply the network's rate.
+MAX_NICS_PER_NODE = 32
+
+
 @dataclass(frozen=True)
 class NetworkSpec:
     """The network between nodes: `nics_per_node` NICs of `kind`, each `gbps_per_nic` GB/s per direction
@@ -70,8 +76,14 @@ class NetworkSpec:
         if self.transport not in TRANSPORTS:
             raise UsageError(f"network {self.kind!r}: transport {self.transport!r} is not one of "
                              f"{', '.join(TRANSPORTS)}")
-        if not latency >= 0:
+        if not latency >= 0 or latency == math.inf:
             raise UsageError(f"network {self.kind!r}: latency_us must be >= 0, not {latency}")
+        if not 0 < self.gbps_per_nic < math.inf:
+            raise UsageError(f"network {self.kind!r}: gbps_per_nic must be a rate above 0 GB/s, "
+                             f"not {self.gbps_per_nic}")
+        if not 0 <= self.nics_per_node <= MAX_NICS_PER_NODE:  # 0: one per GPU, resolved by make_cluster
+            raise UsageError(f"network {self.kind!r}: {self.nics_per_node} NICs per node; give 1 to "
+                             f"{MAX_NICS_PER_NODE}")
 
     @property
     def node_gbps(self) -> float:
@@ -202,6 +214,9 @@ def network_spec(text: str) -> NetworkSpec | None:
     if not match:
         return None
     kind, count_text = match.group(1), match.group(2)
+    if count_text is not None and not 1 <= int(count_text) <= MAX_NICS_PER_NODE:
+        raise UsageError(f"network {text.strip()!r}: {int(count_text)} NICs per node; give 1 to {MAX_NICS_PER_NODE} "
+                         f"(leave the count out for the default, e.g. {kind})")
     if kind.startswith("custom"):
         return _custom_spec(kind, count_text)
     if kind not in hardware.NETWORKS:
@@ -257,6 +272,10 @@ def parse_layout(text: str) -> Layout:
         if not eq or key.strip() not in ("rack", "apart", "hops", "rail") or not value.strip():
             raise UsageError(f"cluster layout {text!r}: write {LAYOUT_SYNTAX}")
         values[key.strip()] = value.strip().replace(" ", "")
+    for key in ("rack", "rail"):  # 0 is the JSON default ("not given"), never a count someone writes
+        if values.get(key, "").lstrip("+-0") == "" and key in values:
+            raise UsageError(f"cluster layout {text!r}: {key}= counts nodes, at least 1 (leave it out for "
+                             f"{'all nodes in one rack' if key == 'rack' else 'a rail group per rack'})")
     try:
         apart = values.get("apart", "0m")
         metres = float(apart[:-2]) * 1000 if apart.endswith("km") else float(apart.removesuffix("m"))

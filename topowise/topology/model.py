@@ -28,6 +28,8 @@ VERSION = 1
 # PCIe path classes from `nvidia-smi topo -m`, nearest first.
 PCIE_KINDS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 NVLINK = "NV"
+# NVLink ports of one GPU (H100, H200, B200: 18); a pair cannot bond more (NV18 on an NVSwitch board).
+MAX_NVLINKS = 18
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,7 @@ class Topology:
     def from_dict(cls, data: dict, where: str = "JSON") -> Topology:
         check_format(data, FORMAT, VERSION, where, "topology")
         try:
-            return cls(
+            topo = cls(
                 name=data["name"],
                 gpus=tuple(Gpu(**g) for g in data["gpus"]),
                 links=tuple(Link(**p) for p in data["pairs"]),
@@ -376,8 +378,10 @@ class Topology:
                 source=data.get("source", where),
                 power_limit_w=float(data.get("power_limit_w", 0.0)),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: topology JSON is missing or has a bad field ({exc})") from None
+        check_topology(topo, where)
+        return topo
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -391,6 +395,58 @@ def selection_of(topo: Wiring, chosen: tuple[int, ...]) -> dict:
         "islands_spanned": [list(i) for i in topo.islands_spanned(chosen)],
         "bottleneck_gbps": None if bottleneck == float("inf") else bottleneck,
     }
+
+
+def check_topology(topo: Topology, where: str) -> None:
+    """Refuse a topology no machine has (a file edited by hand or cut short): each GPU once, a link of a
+    known kind at a positive, finite rate between every pair of its GPUs, memory and NIC rates not
+    negative (0: unknown, the datasheet's). A negative link would make a step faster, NaN poisons every sum."""
+    indices = [g.index for g in topo.gpus]
+    if not indices:
+        raise UsageError(f"{where}: the topology lists no GPUs")
+    for g in topo.gpus:
+        if not _is_int(g.index) or g.index < 0:
+            raise UsageError(f"{where}: GPU index {g.index!r} is not a whole number >= 0")
+        if not _is_number(g.memory_bytes) or not 0 <= g.memory_bytes < math.inf:
+            raise UsageError(f"{where}: GPU {g.index} memory_bytes is {g.memory_bytes!r}; give its memory in bytes "
+                             "(0: the datasheet's)")
+    if len(set(indices)) != len(indices):
+        twice = next(i for i in indices if indices.count(i) > 1)
+        raise UsageError(f"{where}: GPU {twice} is listed twice; each GPU once, numbered 0..{len(indices) - 1}")
+    known = set(indices)
+    pairs: set[tuple[int, int]] = set()
+    for l in topo.links:
+        for end in (l.a, l.b):
+            if end not in known:
+                raise UsageError(f"{where}: the pair {l.a}-{l.b} names GPU {end}, which the topology does not list "
+                                 f"(GPUs {_ranges(indices)})")
+        if l.a == l.b or (min(l.a, l.b), max(l.a, l.b)) in pairs:
+            raise UsageError(f"{where}: the pair {l.a}-{l.b} is " + ("one GPU" if l.a == l.b else "listed twice"))
+        pairs.add((min(l.a, l.b), max(l.a, l.b)))
+        if l.kind != NVLINK and l.kind not in PCIE_KINDS:
+            raise UsageError(f"{where}: the pair {l.a}-{l.b} has link kind {l.kind!r}; give {NVLINK} (NVLink) or "
+                             f"one of {', '.join(PCIE_KINDS)}")
+        if not _is_number(l.gbps) or not 0 < l.gbps < math.inf:
+            raise UsageError(f"{where}: the pair {l.a}-{l.b} runs at {l.gbps!r} GB/s; give a rate above 0")
+        if l.kind == NVLINK and not (_is_int(l.nvlinks) and 1 <= l.nvlinks <= MAX_NVLINKS):
+            raise UsageError(f"{where}: the pair {l.a}-{l.b} bonds {l.nvlinks!r} NVLinks; a GPU has 1 to "
+                             f"{MAX_NVLINKS}")
+    if len(pairs) != len(indices) * (len(indices) - 1) // 2:
+        missing = next((a, b) for a, b in itertools.combinations(sorted(indices), 2) if (a, b) not in pairs)
+        raise UsageError(f"{where}: no link for the pair {missing[0]}-{missing[1]}; list every pair of GPUs")
+    for n in topo.nics:
+        if not _is_number(n.gbps) or not 0 <= n.gbps < math.inf:
+            raise UsageError(f"{where}: NIC {n.name!r} runs at {n.gbps!r} GB/s; give a rate >= 0 (0: unknown)")
+        if any(g not in known for g in n.nearest_gpus):
+            raise UsageError(f"{where}: NIC {n.name!r} is near GPUs {list(n.nearest_gpus)}, not all listed")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_format(data: dict, fmt: str, version: int, where: str, what: str) -> None:

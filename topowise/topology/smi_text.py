@@ -21,7 +21,7 @@ import re
 
 from topowise import hardware
 from topowise.errors import UsageError
-from topowise.topology.model import NVLINK, PCIE_KINDS, Gpu, Link, Nic, Topology
+from topowise.topology.model import MAX_NVLINKS, NVLINK, PCIE_KINDS, Gpu, Link, Nic, Topology
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _GPU = re.compile(r"GPU(\d+)$")
@@ -72,8 +72,8 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
                              f"(one per column {' '.join(columns)})")
         for c, v in zip(columns, values):
             if _cell_kind(v) is None:
-                raise UsageError(f"line {lineno}: cell {col}/{c} is {v!r}, expected X, NV<n> or one of "
-                                 f"{', '.join(PCIE_KINDS)}")
+                raise UsageError(f"line {lineno}: cell {col}/{c} is {v!r}, expected X, NV<n> (n 1 to {MAX_NVLINKS}) "
+                                 f"or one of {', '.join(PCIE_KINDS)}")
         cells[col] = values
         if k < n_gpus:
             numa[k] = _numa_affinity(row[1 + len(columns):])
@@ -181,8 +181,8 @@ def _cell_kind(cell: str) -> tuple[str, int] | None:
     """("NV", links), (PCIe class, 0), ("X", 0) for self; None when the cell is not a path."""
     cell = _ALIASES.get(cell, cell)
     m = _NV.match(cell)
-    if m:
-        return NVLINK, int(m.group(1))
+    if m:  # NV0 or NV999 is no cell nvidia-smi prints: a GPU has 1 to MAX_NVLINKS links
+        return (NVLINK, int(m.group(1))) if 1 <= int(m.group(1)) <= MAX_NVLINKS else None
     if cell in PCIE_KINDS or cell == "X":
         return cell, 0
     return None
@@ -192,7 +192,7 @@ def _path_kind(cell: str) -> tuple[str, int]:
     """_cell_kind of a cell the matrix's rows were checked to hold (a path, never None)."""
     kind = _cell_kind(cell)
     if kind is None:
-        raise UsageError(f"cell {cell!r}: expected X, NV<n> or one of {', '.join(PCIE_KINDS)}")
+        raise UsageError(f"cell {cell!r}: expected X, NV<n> (n 1 to {MAX_NVLINKS}) or one of {', '.join(PCIE_KINDS)}")
     return kind
 
 
