@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from topowise.cli.flags import add_checkpointing_arguments, checkpointing_from_args
+from topowise.cli.flags import add_checkpointing_arguments, add_mesh_arguments, checkpointing_from_args, mesh_from_args
 from topowise.run import ENGINES, FABRICS, STRATEGY_NAMES
 from topowise.units import GIB
 
@@ -55,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pin-cpus", action="store_true",
                         help="put every thread of each rank on its own equal slice of the CPUs")
     parser.add_argument("--json", action="store_true", help="print the records and the loss check as JSON")
+    add_mesh_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, checkpointing=mode, selective_ac_option=option,
         compile=args.compile, fabric=args.fabric, device=args.device, nproc=args.nproc,
         shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr,
-        engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus)
+        engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus, mesh=mesh_from_args(args))
     topology = _topology(args.topology, request)
 
     def expect(case):

@@ -179,8 +179,9 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                  fabric: str = "nvlink", device: str | None = None, nproc: int | None = None,
                  shard_group_size: int | None = None, timeout_s: float = 600.0, out: str | None = None,
                  seed: int = 0, lr: float = TrainCase.lr, engine: str = "pytorch", trace: str | None = None,
-                 pin_cpus: bool = False) -> TrainRequest:
-    """Validate every flag once, with the arithmetic in the message; decide devices and hsdp groups."""
+                 pin_cpus: bool = False, mesh: dict | None = None) -> TrainRequest:
+    """Validate every flag once, with the arithmetic in the message; decide devices and hsdp groups.
+    `mesh`: the Run keywords tp, pp, cp, pp_schedule, virtual_stages, grad_accum, sequence_parallel."""
     from topowise.measure.machine import live_islands
     from topowise.measure.rank import cuda_device_count
 
@@ -207,23 +208,49 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
     validate_sizes(spec, seq_len=seq_len, steps=steps, warmup=warmup, nproc=nproc, timeout_s=timeout_s)
     job = launcher.job_size()
     world = job[0] if job else nproc
+    mesh = dict(mesh or {})
+    check_mesh_on(spec, device, mesh)
+    # hsdp's groups split the data-parallel GPUs, those tp x pp x cp leave (Run refuses what does not divide)
+    model_parallel = mesh.get("tp", 1) * mesh.get("pp", 1) * mesh.get("cp", 1)
+    dp = world // model_parallel if world % model_parallel == 0 else world
     note = None
     shard = None
     if "hsdp" in names:
-        islands = live_islands(world) if device == "cuda" and fabric == "nvlink" else None
-        shard, _replicas, note = hsdp_layout(world, shard_group_size, islands)
+        islands = live_islands(world) if device == "cuda" and fabric == "nvlink" and dp == world else None
+        shard, _replicas, note = hsdp_layout(dp, shard_group_size, islands)
     elif shard_group_size is not None:
-        hsdp_layout(world, shard_group_size)  # still a clear error for a bad value
+        hsdp_layout(dp, shard_group_size)  # still a clear error for a bad value
     cases = tuple(
         TrainCase(run=Run(model=spec, gpus=tuple(range(world)), strategy=name, micro_batch=micro_batch,
                           seq_len=seq_len, compile=compile, fabric=fabric,
                           shard_group_size=shard if STRATEGIES[name].replicated else None, engine=engine,
-                          checkpointing=checkpointing, selective_ac_option=selective_ac_option),
+                          checkpointing=checkpointing, selective_ac_option=selective_ac_option, **mesh),
                   steps=steps, warmup=warmup, device=device, seed=seed, lr=lr)
         for name in names)
     trace, nsys = parse_trace(trace)
     return TrainRequest(cases=cases, nproc=nproc, timeout_s=timeout_s, out=out, hsdp_note=note, trace=trace,
                         nsys=nsys, pin_cpus=pin_cpus)
+
+
+def check_mesh_on(spec: ModelSpec, device: str, mesh: dict) -> None:
+    """What bench train's mesh runs (topowise.measure.model_parallel) cannot do, refused before launch; Run
+    checks the degrees themselves."""
+    tp, pp, cp = mesh.get("tp", 1), mesh.get("pp", 1), mesh.get("cp", 1)
+    if cp > 1 and device != "cuda":
+        raise UsageError(f"--cp {cp} needs CUDA: context parallelism is ring attention over the flash / efficient / "
+                         "cuDNN SDPA kernels, and a CPU (gloo) has only the math kernel")
+    if cp > 1:
+        raise UsageError(f"--cp {cp}: bench train does not run context parallelism yet (predict and plan price it)")
+    grad_accum = mesh.get("grad_accum", 1)
+    if pp > 1 and grad_accum < pp:  # torch.distributed.pipelining's schedules refuse fewer (PipelineScheduleSingle)
+        raise UsageError(f"--pp {pp} needs at least {pp} micro-batches per step to fill the pipeline, not "
+                         f"--grad-accum {grad_accum}: use --grad-accum {pp} or more")
+    if pp > 1 and spec.tied_embeddings:
+        raise UsageError(f"--pp {pp}: {spec.name} ties its output layer to the embedding, which would sit on the "
+                         "first and the last stage; bench train splits untied models only (torchtitan's rule)")
+    if tp > 1 and spec.family == "gpt2" and mesh.get("sequence_parallel", True):
+        raise UsageError(f"--tp {tp} with sequence parallel: the GPT-2 family's learned positions are added to "
+                         "the whole sequence; add --no-sequence-parallel")
 
 
 NSYS_DEFAULT_DIR = "topowise-nsys"
@@ -374,7 +401,8 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
     expected = expected or Expected()
     run, spec, world_size = case.run, case.run.model, case.run.num_gpus
     ok = result.get("status") == "ok"
-    tokens = run.tokens
+    # a mesh run: the step's sequences (micro-batch x grad_accum x dp) shared by all its GPUs
+    tokens = run.global_batch * run.seq_len // world_size if run.has_mesh else run.tokens
     step = result.get("step_time_s") if ok else None
     tps = tokens / step if step else None
     fpt = expected.flops_per_token
@@ -429,6 +457,8 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
         "nccl_version": result.get("nccl_version"),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if run.has_mesh:  # the degrees asked for; what each rank ran (stage, mesh coordinates, time, peak) is "ranks"
+        record.update(tp=run.tp, pp=run.pp, cp=run.cp, dp=run.dp, grad_accum=run.grad_accum)
     if run.spec.replicated:
         record["shard_group_size"] = result.get("shard_group_size", run.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (run.shard_group_size or world_size))
@@ -436,7 +466,9 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
                 "deepspeed_config", "nodes", "ranks_per_node", "scope", "host_phase_s",
                 "warmup_step_times_s", "host_index", "host_index_cpu", "gpu_clocks",
                 # where and when the timed steps ran, so that a parent that sampled the clocks can add them
-                "gpu_uuids", "timed_window_unix_s"):
+                "gpu_uuids", "timed_window_unix_s",
+                # a mesh run's (topowise.measure.model_parallel.train_mesh)
+                "mesh", "pp_schedule", "layer_split", "sequence_parallel", "ranks"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record

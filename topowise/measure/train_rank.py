@@ -75,6 +75,10 @@ def train_pytorch(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
         from topowise.measure.model_profile import train_callable
 
         return train_callable(case, rank, trace_dir)
+    if case.run.has_mesh:  # tensor, pipeline or context parallelism: the mesh as torchtitan composes it
+        from topowise.measure.model_parallel import train_mesh
+
+        return train_mesh(case, rank, trace_dir)
     import torch
     import torch.nn.functional as F
 
