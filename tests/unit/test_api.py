@@ -147,3 +147,17 @@ def test_bad_input_is_one_usage_error():
         topowise.load_topology("hgx-h100-9")
     with pytest.raises(topowise.UsageError, match="num_gpus 16"):
         topowise.plan("llama3.2-1b", "hgx-h100-8", num_gpus=16)
+
+
+def _blocks(markdown: str, lang: str) -> list[str]:
+    """The fenced blocks of a language (``` alone: output), in order."""
+    parts = markdown.split("```")
+    return [part[len(lang):].lstrip("\n") for part in parts[1::2] if part.split("\n", 1)[0] == lang]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_docs_examples_print_what_docs_say(which, capsys):
+    text = (ROOT / "docs" / "api.md").read_text()
+    code, printed = _blocks(text, "python")[which], _blocks(text, "")[which]
+    exec(compile(code, "docs/api.md", "exec"), {})
+    assert capsys.readouterr().out == printed
