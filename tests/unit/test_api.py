@@ -69,6 +69,8 @@ def test_import_topowise_alone_plans_and_predicts_without_torch(tmp_path):
     ["--model", "llama3.1-8b", "--topology", "hgx-h100-8", "--num-gpus", "8", "--strategy", "fsdp"],
     ["--model", "llama3.2-1b", "--topology", "pcie-l40s-8", "--gpus", "0,1,2,3", "--strategy", "hsdp",
      "--micro-batch", "2", "--seq-len", "2048", "--activation-checkpointing"],
+    ["--model", "llama3.1-8b", "--topology", "2x hgx-h100-8+ib-ndr", "--num-gpus", "16", "--strategy", "fsdp",
+     "--tp", "4", "--grad-accum", "2"],
 ])
 def test_predict_is_predict_json(argv, capsys):
     code, out, err = cli_output(["predict", *argv, "--json"], capsys)
@@ -79,17 +81,19 @@ def test_predict_is_predict_json(argv, capsys):
             else topo.best_subset(int(flags["--num-gpus"])))
     run = topowise.Run(model=topowise.load_model(flags["--model"]), gpus=gpus, strategy=flags["--strategy"],
                        micro_batch=int(flags.get("--micro-batch", 1)), seq_len=int(flags.get("--seq-len", 4096)),
-                       checkpointing="full" if "--activation-checkpointing" in argv else "none")
+                       checkpointing="full" if "--activation-checkpointing" in argv else "none",
+                       tp=int(flags.get("--tp", 1)), grad_accum=int(flags.get("--grad-accum", 1)))
     prediction = topowise.predict(run, topo)
     assert _without_version(_as_json(prediction.to_dict())) == json.loads(out)
     assert prediction.step_time_s == json.loads(out)["step_time_s"]
 
 
-def test_plan_is_plan_json(capsys):
-    code, out, err = cli_output(["plan", "--model", "llama3.1-8b", "--topology", "h100-nvl-8", "--num-gpus", "4",
-                                 "--top", "3", "--json"], capsys)
+@pytest.mark.parametrize("topology, num_gpus", [("h100-nvl-8", 4), ("2x hgx-h100-8+ib-ndr", 16)])
+def test_plan_is_plan_json(topology, num_gpus, capsys):
+    code, out, err = cli_output(["plan", "--model", "llama3.1-8b", "--topology", topology, "--num-gpus",
+                                 str(num_gpus), "--top", "3", "--json"], capsys)
     assert code == 0, err
-    result = topowise.plan("llama3.1-8b", "h100-nvl-8", num_gpus=4, top=3)
+    result = topowise.plan("llama3.1-8b", topology, num_gpus=num_gpus, top=3)
     assert _without_version(_as_json(result.to_dict())) == json.loads(out)
     assert result.best is not None and result.best.to_dict() == _as_json(result.to_dict())["plans"][0]
     assert result.best.prediction.tokens_per_s == json.loads(out)["plans"][0]["tokens_per_s"]
