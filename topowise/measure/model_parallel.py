@@ -225,7 +225,8 @@ def train_mesh(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     # DTensor and plain parameters (TP without sequence parallel leaves the norms whole) in separate groups:
     # the foreach and fused kernels take one kind per call
     groups = [{"params": [p for p in params if hasattr(p, "device_mesh") == dt]} for dt in (True, False)]
-    optimizer = S.make_optimizer([g for g in groups if g["params"]], lr=case.lr, weight_decay=case.weight_decay, device_type=device_type)
+    optimizer = S.make_optimizer([g for g in groups if g["params"]], lr=case.lr, weight_decay=case.weight_decay,
+                                 device_type=device_type)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if autocast_on else nullcontext()
 
     dp_index = coords["dp_replicate"] * run.dp_shard + coords["dp_shard"]
