@@ -232,6 +232,14 @@ def names_part(name: str, key: str) -> bool:
     return all(re.search(re.escape(word) + r"(?!\d)", upper) for word in key.upper().split())
 
 
+def same_silicon(a: GpuSpec, b: GpuSpec) -> bool:
+    """The same GPU but for its memory size ("A100" and "A100 40GB"): what nccl-tests' comparison asks,
+    where the memory does not matter and the links do."""
+    def base(spec: GpuSpec) -> str:
+        return " ".join(w for w in spec.name.split() if not re.fullmatch(r"\d+GB", w))
+    return base(a) == base(b)
+
+
 def known_gpu_names() -> str:
     """The GPU models the table knows, for messages: "H200, H200 NVL, H100, ..."."""
     return ", ".join(GPUS)

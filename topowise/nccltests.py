@@ -410,7 +410,7 @@ def mismatches(measured: NcclTestsOutput, topo, gpus) -> list[str]:
                    f"on {nodes} node(s) of {topo.name}: check --topology")
     if measured.gpu_name:
         theirs, ours = hardware.gpu_spec(measured.gpu_name), hardware.gpu_spec(topo.gpu(gpus[0]).name)
-        if theirs.memory_bytes and theirs.name != ours.name:
+        if theirs.memory_bytes and not hardware.same_silicon(theirs, ours):
             out.append(f"the output ran on {measured.gpu_name}, the expectation is for {topo.gpu(gpus[0]).name}: "
                        "check --topology")
     return out

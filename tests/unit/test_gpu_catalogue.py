@@ -124,3 +124,10 @@ def test_predict_refuses_a_limit_above_the_rating(capsys):
     code, _, err = cli_output(["predict", "--model", "llama3.1-8b", "--topology", "hgx-h100-8", "--num-gpus", "8",
                                "--strategy", "zero3", "--power-limit", "900"], capsys)
     assert code == 2 and err.startswith("topowise: error: --power-limit 900")
+
+
+def test_a_memory_size_variant_is_the_same_silicon_and_another_model_is_not():
+    assert hardware.same_silicon(hardware.GPUS["A100 40GB"], hardware.GPUS["A100"])
+    assert hardware.same_silicon(hardware.GPUS["H100 96GB"], hardware.GPUS["H100"])
+    assert not hardware.same_silicon(hardware.GPUS["H800"], hardware.GPUS["H100"])
+    assert not hardware.same_silicon(hardware.GPUS["H100 PCIe"], hardware.GPUS["H100"])
