@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
 
     plan = launch_plan_from_args(args)
     command = command_of(args)
+    torchrun = ("torchrun",) if args.dry_run else torchrun_prefix()  # the launcher's lack is told first
     if not args.dry_run:  # a dry run prints the command for another machine, where it may exist
         check_command_exists(command)
-    torchrun = ("torchrun",) if args.dry_run else torchrun_prefix()
     argv, env = launch_config(plan, command, torchrun)
     for warning in plan.warnings:
         sys.stderr.write(f"topowise: warning: {warning}\n")

@@ -41,9 +41,10 @@ LAYOUT_SYNTAX = ("/rack=<nodes per rack>,apart=<metres between racks, e.g. 100m 
                  "racks>,rail=<nodes per rail group>")
 
 
-# No server carries more network adapters than this (a DGX B200: 8 compute + 2 storage NICs); a count
-# past it is a typo that would multiply the network's rate.
-MAX_NICS_PER_NODE = 32
+# No node carries more network adapters than this: a server has at most ~10 (DGX B200: 8 compute + 2
+# storage), an NVL72 rack taken as one node has one per GPU (72); a count past twice that is a typo that
+# would multiply the network's rate.
+MAX_NICS_PER_NODE = 144
 
 
 @dataclass(frozen=True)
