@@ -59,11 +59,32 @@ def call_cost(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile) -> t
     return collective_time(op, nbytes, n, line, link, profile), achieved_gbps(op, n, line, link, profile)
 
 
+def distinct_groups(groups, topology) -> list:
+    """One group of each kind the collectives model tells apart, so that the slowest is found without pricing
+    hundreds of alike groups: inside a node, its local indices (alike nodes price alike); across nodes, the nodes
+    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone)."""
+    # in one region and one rack a node's place changes nothing: alike groups on other nodes price alike too
+    anywhere = isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
+    seen: dict[tuple, tuple] = {}
+    for g in groups:
+        per = topology.per_node(g)
+        if len(per) < 2:
+            key: tuple = ("node", *per.values())
+        elif anywhere:
+            key = ("net", len(per), tuple(sorted(per.values())))
+        else:
+            locals_ = tuple(sorted(set(per.values()))) if min(len(v) for v in per.values()) > 1 else ()
+            key = ("net", tuple(per), locals_)
+        seen.setdefault(key, tuple(g))
+    return list(seen.values())
+
+
 def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list, topo: Wiring, count: int,
                phase: str, profile: Profile, groups: list | None = None, unit: str = "") -> CollectiveCost:
     """A CollectiveCost for `count` calls over `group`; with `groups` (parallel groups, e.g. every
     shard group at once), the slowest group sets the time (inside a node: the slowest link)."""
-    groups = groups or [group]
+    # one of each kind: a thousand alike shard groups priced once (the max and min below are unchanged)
+    groups = distinct_groups(groups, topo) if groups and len(groups) > 1 else (groups or [group])
     n = len(groups[0])
     if spans_nodes(topo, groups[0]):
         per_call, bus = max((call_cost(op, nbytes, g, topo, profile) for g in groups), key=lambda c: c[0])

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from topowise import hardware
-from topowise.costmodel.collectives import call_cost, collective
+from topowise.costmodel.collectives import call_cost, collective, distinct_groups
 from topowise.costmodel.comm import AFTER_STEP, BACKWARD, FORWARD, CollectiveCost
 from topowise.costmodel.elementwise import block_elementwise_bytes
 from topowise.costmodel.flops import (
@@ -90,22 +90,6 @@ def narrowed_linears(run: Run) -> dict[str, tuple[int, int]]:
     """Each block Linear's (out, in) on one TP rank: row-parallel ones split their input, the others their output."""
     return {name: (out, inp // run.tp) if name in ROW_PARALLEL else (out // run.tp, inp)
             for name, (out, inp) in block_linears(run.model).items()}
-
-
-def distinct_groups(groups, topology) -> list:
-    """One group of each kind the collectives model tells apart, so that the slowest is found without pricing
-    hundreds of alike groups: inside a node, its local indices (alike nodes price alike); across nodes, the nodes
-    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone)."""
-    seen: dict[tuple, tuple] = {}
-    for g in groups:
-        per = topology.per_node(g)
-        if len(per) < 2:
-            key: tuple = ("node", *per.values())
-        else:
-            locals_ = tuple(sorted(set(per.values()))) if min(len(v) for v in per.values()) > 1 else ()
-            key = ("net", tuple(per), locals_)
-        seen.setdefault(key, tuple(g))
-    return list(seen.values())
 
 
 @lru_cache(maxsize=1024)

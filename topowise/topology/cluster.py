@@ -57,6 +57,7 @@ CLUSTER_PRESETS = {
 }
 
 ONE_RACK = Layout()  # every node under one leaf switch: what NCCL's tuner latencies describe
+_MEMO_ENTRIES = 4096  # groups remembered per cluster (a plan asks of a few hundred)
 _NAME = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9._-]+)\s*\+\s*([A-Za-z0-9.-]+?)(?:x(\d+))?\s*(?:/\s*(.*?))?\s*$")
 _REGIONS = re.compile(r"^\s*(\d+)\s*x\s*\((.+)\)\s*\+\s*(wan-\S*)\s*$")
 
@@ -119,21 +120,42 @@ class Cluster:
         return gpu % self.gpus_per_node
 
     def nodes_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]:
-        return tuple(sorted({self.node_of(g) for g in gpus}))
+        return tuple(self._split(gpus))
 
     def per_node(self, gpus: Iterable[int]) -> dict[int, tuple[int, ...]]:
         """node -> the local indices of `gpus` on that node."""
+        return dict(self._split(gpus))  # a copy: the split is shared
+
+    def _split(self, gpus: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        """per_node, remembered: a plan on a thousand nodes asks it of the same few groups of thousands of
+        GPUs a hundred thousand times, and a pass over every GPU each time took minutes."""
+        members = gpus if isinstance(gpus, tuple) else tuple(gpus)
+        found = self._split_memo.get(members)
+        if found is None:
+            if len(self._split_memo) >= _MEMO_ENTRIES:
+                self._split_memo.clear()
+            found = self._split_memo[members] = self._split_now(members)
+        return found
+
+    def _split_now(self, members: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+        if members:  # the ends first: one bad GPU is named without a pass in Python
+            for g in (min(members), max(members)):
+                self._check(g)
+            if self.members and not self._member_set.issuperset(members):
+                self._check(next(g for g in members if g not in self._member_set))
         out: dict[int, list[int]] = {}
         per = self.gpus_per_node
-        for g in gpus:
-            self._check(g)
+        for g in members:
             out.setdefault(g // per, []).append(g % per)
         return {n: tuple(sorted(v)) for n, v in sorted(out.items())}
 
+    @cached_property
+    def _split_memo(self) -> dict[tuple[int, ...], dict[int, tuple[int, ...]]]:
+        return {}
+
     def network_gbps(self, gpus: Iterable[int]) -> float:
         """GB/s per direction the network gives a group: its fewest GPUs on any node times the per-GPU share."""
-        counts = [len(v) for v in self.per_node(gpus).values()]
-        return min(counts) * self.network_gbps_per_gpu
+        return min(len(v) for v in self._split(gpus).values()) * self.network_gbps_per_gpu
 
     # --- regions and distance ------------------------------------------------------------------
     @cached_property
@@ -149,12 +171,17 @@ class Cluster:
         return len(self.regions) if self.regions else 1
 
     def region_of_node(self, node: int) -> int:
+        if not self.regions:
+            return 0
         return max(r for r, start in enumerate(self._region_starts) if start <= node)
 
     def region_of(self, gpu: int) -> int:
         return self.region_of_node(self.node_of(gpu))
 
     def regions_spanned(self, gpus: Iterable[int]) -> tuple[int, ...]:
+        if not self.regions:
+            self._split(gpus)  # the GPUs checked as before
+            return (0,)
         return tuple(sorted({self.region_of_node(n) for n in self.nodes_spanned(gpus)}))
 
     def gpus_by_region(self) -> tuple[tuple[int, ...], ...]:
@@ -178,8 +205,9 @@ class Cluster:
         if self.wan is None or len(spanned) < 2:
             return float("inf")
         counts: dict[int, int] = {}
-        for g in members:
-            counts[self.region_of(g)] = counts.get(self.region_of(g), 0) + 1
+        for node, local in self._split(members).items():
+            region = self.region_of_node(node)
+            counts[region] = counts.get(region, 0) + len(local)
         return min(counts[r] * self.wan.gbps / self.gpus_in_region(r) for r in spanned)
 
     def _place(self, node: int) -> tuple[int, tuple[int, int]]:
@@ -335,7 +363,9 @@ class Cluster:
 
     def gpu(self, index: int) -> Gpu:
         self._check(index)
-        return replace(self.node.gpu(index % self.gpus_per_node), index=index)
+        if self.members:
+            return replace(self.node.gpu(index % self.gpus_per_node), index=index)
+        return self.gpus[index]  # built once: `place` asks for every GPU of every candidate run
 
     def islands(self) -> tuple[tuple[int, ...], ...]:
         return self._islands
@@ -357,7 +387,7 @@ class Cluster:
     def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
         g = self.gpus_per_node
         seen: dict[tuple[int, ...], None] = {}
-        for node, local in self.per_node(gpus).items():
+        for node, local in self._split(gpus).items():
             for isl in self.node.islands_spanned(local):
                 seen[tuple(node * g + i for i in isl if not self.members or node * g + i in self.members)] = None
         return tuple(sorted(seen, key=lambda t: t[0]))
@@ -371,10 +401,10 @@ class Cluster:
         ring in parallel (DGX A100 nodes with 8x HDR 200G reach ~192 GB/s busbw = 8 x 24: NVIDIA/nccl
         issue 1576; docs/sources.md).
         """
-        groups = self.per_node(gpus)
+        groups = self._split(gpus)
         if sum(len(v) for v in groups.values()) < 2:
             return float("inf")
-        inside = min(self.node.bottleneck_gbps(local) for local in groups.values())
+        inside = min(self.node.bottleneck_gbps(local) for local in set(groups.values()))  # alike nodes: once
         if len(groups) == 1:
             return inside
         members = tuple(gpus)
