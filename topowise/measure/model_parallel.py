@@ -277,12 +277,14 @@ def train_mesh(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     losses = global_losses(losses, last, run, rank.device)
     mine = {"rank": rank.rank, "stages": [index for index, _ in stages], "mesh": coords,
             "step_time_s": statistics.median(times[case.warmup:]),
-            "peak_memory_bytes": max(peaks) if peaks else None}
+            "peak_memory_bytes": max(peaks) if peaks else None, "peak_rss_bytes": _peak_rss_bytes()}
     everyone: list = [None] * rank.world_size
     dist.all_gather_object(everyone, mine)
     layout = {"mesh": dict(zip(MESH_DIMS, mesh_shape(run))), "pp_schedule": run.pp_schedule if run.pp > 1 else None,
               "layer_split": list(run.layer_split.layers), "grad_accum": run.grad_accum,
               "sequence_parallel": run.sequence_parallel and run.tp > 1, "ranks": everyone,
+              # which process group is which mesh dimension: the profiler names a collective's group, not its dimension
+              "process_groups": {mesh.get_group(d).group_name: d for d, n in zip(MESH_DIMS, mesh_shape(run)) if n > 1},
               "host_phase_s": steps.host_phases(host[case.warmup:], rank)}
     return steps.step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks, marks=marks)
 
@@ -320,3 +322,12 @@ def global_losses(losses: list, last: bool, run: Run, device) -> list:
     mine = torch.stack(losses).double() if last else torch.zeros(len(losses), dtype=torch.float64, device=device)
     dist.all_reduce(mine, op=dist.ReduceOp.SUM)
     return list(mine / (run.num_gpus // run.pp))
+
+
+def _peak_rss_bytes() -> int | None:
+    """This process's peak resident memory (the CPU's only per-rank peak; ru_maxrss is KiB on Linux)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

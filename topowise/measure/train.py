@@ -459,6 +459,9 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
     }
     if run.has_mesh:  # the degrees asked for; what each rank ran (stage, mesh coordinates, time, peak) is "ranks"
         record.update(tp=run.tp, pp=run.pp, cp=run.cp, dp=run.dp, grad_accum=run.grad_accum)
+        peaks = [r for r in result.get("ranks") or [] if r.get("peak_memory_bytes") is not None]
+        if peaks:  # the predicted peak is the heaviest stage's: it is compared with the largest rank, not the mean
+            record["peak_memory_rank"] = max(peaks, key=lambda r: r["peak_memory_bytes"])["rank"]
     if run.spec.replicated:
         record["shard_group_size"] = result.get("shard_group_size", run.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (run.shard_group_size or world_size))
@@ -468,7 +471,7 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
                 # where and when the timed steps ran, so that a parent that sampled the clocks can add them
                 "gpu_uuids", "timed_window_unix_s",
                 # a mesh run's (topowise.measure.model_parallel.train_mesh)
-                "mesh", "pp_schedule", "layer_split", "sequence_parallel", "ranks"):
+                "mesh", "pp_schedule", "layer_split", "sequence_parallel", "ranks", "process_groups"):
         if result.get(key) is not None:
             record[key] = result[key]
     return record
