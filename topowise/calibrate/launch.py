@@ -17,7 +17,7 @@ from topowise.errors import UsageError
 from topowise.expectations import with_expected_busbw
 from topowise.measure import gpu_clocks, launcher
 from topowise.measure.comm import CommConfig
-from topowise.measure.records import fabric_label, read_records
+from topowise.measure.records import fabric_label, load_records
 from topowise.run import mode_of_flag
 
 RECORD_FILES = {"collective": "collectives.jsonl", "train": "train.jsonl", "matmul": "matmul.jsonl",
@@ -103,5 +103,5 @@ def read_records_dir(folder: Path) -> tuple[list[dict], dict]:
     meta = json.loads(meta_path.read_text())
     records = []
     for name in RECORD_FILES.values():
-        records += read_records(folder / name)
+        records += load_records(folder / name)  # each through its record class: its version checked
     return records, meta

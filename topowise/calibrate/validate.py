@@ -16,7 +16,7 @@ from topowise.costmodel.profile import Profile
 from topowise.costmodel.profile_store import fingerprint_text, machine_fingerprint
 from topowise.errors import UsageError
 from topowise.measure.gpu_clocks import clocks_over
-from topowise.measure.records import append_record, read_records, relative_error
+from topowise.measure.records import append_record, load_records, read_records, relative_error
 from topowise.run import STRATEGY_NAMES
 from topowise.units import GIB
 
@@ -189,7 +189,7 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
     out_path = Path(out) if out else None
     problems: list[str] = []
     if measured:
-        recs = read_records(measured, kind="train")
+        recs = load_records(measured, kind="train")  # each through TrainRecord: its version checked
         if not recs:
             raise UsageError(f"{measured} holds no training records (kind \"train\", from bench train or validate)")
         nproc = int(recs[0]["world_size"])

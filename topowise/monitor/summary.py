@@ -14,6 +14,7 @@ from pathlib import Path
 
 from topowise.errors import UsageError
 from topowise.measure.gpu_clocks import THERMAL_OR_HARDWARE
+from topowise.measure.records import checked_record
 from topowise.monitor.rules import SLOW_CLOCK
 
 FILE = re.compile(r"monitor\.rank(\d+)\.jsonl$")
@@ -66,11 +67,13 @@ def read_run(run_dir: str) -> dict[int, list[dict]]:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                records.append(checked_record(json.loads(line)))  # through MonitorStart/MonitorStep
             except json.JSONDecodeError:
                 if number == len(path.read_text().splitlines()):
                     continue  # a last line cut short by a killed run
                 raise UsageError(f"{path}: line {number} is not JSON") from None
+            except UsageError as exc:
+                raise UsageError(f"{path}: line {number}: {exc}") from None
         out[rank] = records
     return out
 
