@@ -78,12 +78,17 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "network", None) is not None:
         return run_networks(args)
     prices_from_args(args)  # checked even where only --network reads the prices: a wrong one is never ignored
-    prediction, profile = prediction_from_args(args)
+    from topowise.api import predict as predict_run
     from topowise.costmodel.profiled import profiled_summary
 
+    run_, topo, profile = run_from_args(args)
+    result = predict_run(run_, topo, profile)  # the API's Prediction: --json prints its to_dict()
+    prediction = result.detail
     measured = profiled_summary(prediction)  # None unless --model-profile: then the file, and estimate or not
     if args.json:
-        print(json.dumps(dict(prediction.to_dict(), **({"model_profile": measured} if measured else {})), indent=2))
+        data = result.to_dict()
+        data.pop("schema_version")  # predict --json predates the version key and stays as it was (docs/api.md)
+        print(json.dumps(dict(data, **({"model_profile": measured} if measured else {})), indent=2))
     else:
         render(prediction, profile.memory_headroom, profile.host_spread)
         if measured:
