@@ -1,9 +1,10 @@
 """`topowise bench comm`: collectives (nccl-tests style), the GPU-pair matrix, and NCCL's transport.
 
-run() checks the arguments, builds a CommConfig with the expected busbw of every case
-(topowise.expectations), runs it on every rank through topowise.measure.comm.run_comm (or in the
-torchrun/srun job it is already part of), and renders what rank 0 measured: the table or JSON, the
-pair matrix and its heatmap. The measuring is in topowise.measure.collectives / p2p.
+run() computes, then renders: comm_request checks the arguments and resolves them into a CommRequest
+(a CommConfig with the expected busbw of every case, topowise.expectations); each run goes to every rank
+through topowise.measure.comm.run_comm (or the torchrun/srun job it is already part of), and _render shows
+what rank 0 measured: the table or JSON, the pair matrix and its heatmap. The measuring is in
+topowise.measure.collectives / p2p.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from topowise.cli.console import PIPED_WIDTH
 from topowise.errors import UsageError
@@ -62,54 +63,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # --- the run -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommRequest:
+    """What bench comm's flags ask for, checked and resolved before any rank starts: the config every run
+    shares (None: one GPU, whose copies are measured instead of collectives), the processes, the NCCL_ALGO
+    values to run one after another, and the heatmap's path."""
+
+    config: comm.CommConfig | None
+    nproc: int
+    algos: tuple[str, ...]
+    plot: str
+    matrix_bytes: int
+
+
 def run(args: argparse.Namespace) -> int:
-    ops = comm.parse_ops(args.ops)
-    dtype = comm.parse_dtype(args.dtype)
-    if args.iters < 1 or args.warmup < 0:
-        raise UsageError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout}")
-    if args.resume and not args.out:
-        raise UsageError("--resume needs --out FILE.jsonl (the file whose cases to skip)")
-    if not ops and not args.matrix:
-        raise UsageError("--ops none leaves nothing to do: add --matrix, or name collectives")
-    matrix_bytes = comm.parse_size(args.matrix_bytes, "--matrix-bytes")
-    topology = None
-    if args.topology:
-        from topowise.topology import load_topology
+    request = comm_request(args)
+    if request.config is None:
+        return _single_gpu(args, request.matrix_bytes)
+    status = 0
+    # several algorithms: one run each, each a fresh set of ranks started with that NCCL_ALGO
+    for algo in request.algos or ("",):
+        cfg = replace(request.config, algo=algo, started=time.time())  # started: which NCCL log lines are this run's
+        status = max(status, _run_once(args, cfg, request.nproc, request.plot))
+    return status
 
-        topology = load_topology(args.topology)
 
-    profile = None
-    if args.profile:
-        from topowise.costmodel.profile import load_profile
-
-        profile = load_profile(args.profile)
-
-    from topowise.measure.launcher import require_torch
-    from topowise.measure.rank import cuda_device_count
-
-    requested = backend_of(args.backend, args.device)
-    require_torch("bench comm")  # measuring needs torch; everything above did not
-    ngpu = cuda_device_count()
-    cuda = ngpu > 0
-    backend = requested or ("nccl" if cuda else "gloo")
-    if backend == "gloo" and args.fabric == "pcie":
-        raise UsageError("--fabric pcie takes NVLink away from NCCL (NCCL_P2P_DISABLE=1); gloo does not use NCCL: "
-                         "leave --fabric out with --backend gloo")
+def comm_request(args: argparse.Namespace) -> CommRequest:
+    """The flags checked (the cheap checks first, torch's only where measuring needs it) and resolved: the
+    backend, the sizes, the processes, the expected busbw of every case."""
+    ops, dtype, matrix_bytes = _checked_flags(args)
+    topology, profile = _expectation_sources(args)
+    backend, ngpu = _backend(args)
     min_bytes = comm.parse_size(args.min_bytes, "--min-bytes")
     max_bytes = comm.parse_size(args.max_bytes or ("1G" if backend == "nccl" else "16M"), "--max-bytes")
     sizes = comm.size_sweep(min_bytes, max_bytes, args.factor)
     joined = in_job()
-    if backend == "nccl" and not cuda:
-        raise UsageError("--backend nccl needs CUDA GPUs and none are visible; use --backend gloo on CPU")
-    nproc = args.nproc if args.nproc is not None else (ngpu if backend == "nccl" else 2)
-    if not joined and nproc < 1:
-        raise UsageError(f"--nproc must be at least 1, not {nproc}")
-    if not joined and backend == "nccl" and nproc > ngpu:
-        raise UsageError(f"--nproc {nproc} with --backend nccl needs {nproc} GPUs; {ngpu} visible")
+    nproc = _nproc(args, backend, ngpu, joined)
     if not joined and backend == "nccl" and nproc == 1:
-        return _single_gpu(args, matrix_bytes)
+        return CommRequest(config=None, nproc=1, algos=(), plot="", matrix_bytes=matrix_bytes)
     if not joined and nproc < 2:
         raise UsageError("collectives need two or more processes: use --nproc 2 or more")
 
@@ -133,14 +124,66 @@ def run(args: argparse.Namespace) -> int:
     world, multi_node = (job[0], job[1] < job[0]) if job else (nproc, False)
     from topowise.expectations import with_expected_busbw
 
-    base = with_expected_busbw(base, world, multi_node=multi_node, profile=profile)
-    plot = os.path.abspath(_plot_path(args)) if args.matrix else ""
-    status = 0
-    # several algorithms: one run each, each a fresh set of ranks started with that NCCL_ALGO
-    for algo in algos or [""]:
-        cfg = replace(base, algo=algo, started=time.time())  # started: which NCCL log lines are this run's
-        status = max(status, _run_once(args, cfg, nproc, plot))
-    return status
+    return CommRequest(config=with_expected_busbw(base, world, multi_node=multi_node, profile=profile), nproc=nproc,
+                       algos=tuple(algos), plot=os.path.abspath(_plot_path(args)) if args.matrix else "",
+                       matrix_bytes=matrix_bytes)
+
+
+def _expectation_sources(args: argparse.Namespace):
+    """(Topology or None, Profile or None): what the expected busbw of each case is computed from."""
+    topology = None
+    if args.topology:
+        from topowise.topology import load_topology
+
+        topology = load_topology(args.topology)
+    profile = None
+    if args.profile:
+        from topowise.costmodel.profile import load_profile
+
+        profile = load_profile(args.profile)
+    return topology, profile
+
+
+def _backend(args: argparse.Namespace) -> tuple[str, int]:
+    """(backend, visible GPUs): --backend or --device, else nccl where CUDA is there, gloo where not."""
+    from topowise.measure.launcher import require_torch
+    from topowise.measure.rank import cuda_device_count
+
+    requested = backend_of(args.backend, args.device)
+    require_torch("bench comm")  # measuring needs torch; everything above did not
+    ngpu = cuda_device_count()
+    backend = requested or ("nccl" if ngpu > 0 else "gloo")
+    if backend == "gloo" and args.fabric == "pcie":
+        raise UsageError("--fabric pcie takes NVLink away from NCCL (NCCL_P2P_DISABLE=1); gloo does not use NCCL: "
+                         "leave --fabric out with --backend gloo")
+    return backend, ngpu
+
+
+def _checked_flags(args: argparse.Namespace) -> tuple[tuple[str, ...], str, int]:
+    """(ops, dtype, matrix bytes) from the flags that need neither torch nor a GPU to check."""
+    ops = comm.parse_ops(args.ops)
+    dtype = comm.parse_dtype(args.dtype)
+    if args.iters < 1 or args.warmup < 0:
+        raise UsageError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out FILE.jsonl (the file whose cases to skip)")
+    if not ops and not args.matrix:
+        raise UsageError("--ops none leaves nothing to do: add --matrix, or name collectives")
+    return ops, dtype, comm.parse_size(args.matrix_bytes, "--matrix-bytes")
+
+
+def _nproc(args: argparse.Namespace, backend: str, ngpu: int, joined: bool) -> int:
+    """The processes to start: --nproc, else every visible GPU (nccl) or 2 (gloo); checked against the GPUs."""
+    if backend == "nccl" and ngpu == 0:
+        raise UsageError("--backend nccl needs CUDA GPUs and none are visible; use --backend gloo on CPU")
+    nproc = args.nproc if args.nproc is not None else (ngpu if backend == "nccl" else 2)
+    if not joined and nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, not {nproc}")
+    if not joined and backend == "nccl" and nproc > ngpu:
+        raise UsageError(f"--nproc {nproc} with --backend nccl needs {nproc} GPUs; {ngpu} visible")
+    return nproc
 
 
 def backend_of(backend: str | None, device: str | None) -> str | None:
@@ -327,6 +370,18 @@ def collectives_table(records: list[dict], compact: bool = False):
 def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta: dict, ctx: dict | None) -> None:
     from rich.text import Text
 
+    for line in header_lines(records, cfg, meta, ctx):
+        console.print(Text(line, style="dim"))
+    table = collectives_table(records)
+    if natural_width(console, table) > console.width:  # a narrow terminal: the dtype is in the line above
+        table = collectives_table(records, compact=True)
+    console.print(table)
+    _render_footer(console, records, cfg, ctx)
+
+
+def header_lines(records: list[dict], cfg: comm.CommConfig, meta: dict, ctx: dict | None) -> list[str]:
+    """The `#` lines above the table, nccl-tests style: the run, NCCL and what busbw is expected, the nodes,
+    the algorithm, the notes."""
     fabric = "" if cfg.backend == "gloo" else f", fabric {meta['fabric']}"  # gloo runs on no fabric of NCCL's
     lines = [
         f"# topowise bench comm: world size {meta['world_size']}, backend {meta['backend']}{fabric}, "
@@ -334,7 +389,6 @@ def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta:
     ]
     if cfg.backend == "nccl":
         lines.append(f"# NCCL {meta['nccl_version'] or 'version unknown'}, transport {meta['transport']}")
-    if cfg.backend == "nccl":
         lines.append(f"# expected busbw: {meta['expected'] or 'no topology for this group (give --topology)'}")
     nodes = (ctx or {}).get("nodes") or {}
     if len(nodes) > 1:
@@ -343,13 +397,13 @@ def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta:
                      + " -- every row below is inter-node")
     if records and records[0].get("algo", "auto") != "auto":
         lines.append(f"# NCCL_ALGO={records[0]['algo']}")
-    lines += [f"# {n}" for n in meta["notes"]]
-    for line in lines:
-        console.print(Text(line, style="dim"))
-    table = collectives_table(records)
-    if natural_width(console, table) > console.width:  # a narrow terminal: the dtype is in the line above
-        table = collectives_table(records, compact=True)
-    console.print(table)
+    return lines + [f"# {n}" for n in meta["notes"]]
+
+
+def _render_footer(console, records: list[dict], cfg: comm.CommConfig, ctx: dict | None) -> None:
+    """Under the table: the wrong values, the mean bus bandwidth, the likely causes of flagged rows, the file."""
+    from rich.text import Text
+
     wrong = sum(r["wrong"] for r in records)
     console.print(Text(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
                        style="dim" if wrong == 0 else "red"))
