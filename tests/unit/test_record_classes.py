@@ -174,3 +174,13 @@ def test_monitor_summarize_refuses_a_newer_record(tmp_path):
     lines[1]["schema_version"] = "1.0"
     (tmp_path / "monitor.rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert [r["kind"] for r in read_run(str(tmp_path))[0]] == ["start", "step"]
+
+
+def test_records_written_today_carry_their_version(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_record(path, train_line())
+    append_record(path, CollectiveRecord(op="broadcast", bytes=8, world_size=2, time_s=1e-6))
+    append_record(path, {"kind": "p2p", "src": 0})  # not a typed kind: as given
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [list(r)[:2] for r in lines] == [["kind", "schema_version"]] * 2 + [["kind", "src"]]
+    assert [r.schema_version for r in typed_records(path)] == [RECORD_SCHEMA_VERSION] * 2

@@ -6,7 +6,8 @@ def test_append_read_and_done_keys(tmp_path):
     append_record(path, {"kind": "collective", "op": "all_reduce", "bytes": 1})
     append_record(path, {"kind": "train", "strategy": "ddp"})
     assert [r["kind"] for r in read_records(path)] == ["collective", "train"]
-    assert read_records(path, kind="train") == [{"kind": "train", "strategy": "ddp"}]
+    # a kind topowise reads back is written with its schema_version, after its kind
+    assert read_records(path, kind="train") == [{"kind": "train", "schema_version": "1.0", "strategy": "ddp"}]
     keys = done_keys(path, lambda r: (r["op"], r["bytes"]) if r["kind"] == "collective" else None)
     assert keys == {("all_reduce", 1)}
 

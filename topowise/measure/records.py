@@ -17,8 +17,11 @@ from typing import Any, ClassVar, Self
 from topowise.errors import UsageError
 
 
-def append_record(path: str | os.PathLike, record: dict) -> None:
-    """Append one record as one line, flushed and fsynced before returning."""
+def append_record(path: str | os.PathLike, record: dict | Record) -> None:
+    """Append one record as one line, flushed and fsynced before returning. A record of a kind topowise reads
+    back (RECORD_CLASSES) is written with its schema_version, after its kind; it is not checked here: a
+    measurement is never lost to a check."""
+    record = record.to_dict() if isinstance(record, Record) else versioned(record)
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -403,6 +406,14 @@ class MonitorStep(Record):
 RECORD_CLASSES: dict[str, type[Record]] = {c.KIND: c for c in (
     TrainRecord, CollectiveRecord, MatmulRecord, HbmPassRecord, EncryptionRecord, ValidationRecord, MonitorStart,
     MonitorStep)}
+
+
+def versioned(record: dict) -> dict:
+    """The record with schema_version after its kind, where it is of a typed kind and has none yet."""
+    if record.get("kind") not in RECORD_CLASSES or "schema_version" in record:
+        return record
+    kind, rest = record["kind"], {k: v for k, v in record.items() if k != "kind"}
+    return {"kind": kind, "schema_version": RECORD_SCHEMA_VERSION, **rest}
 
 
 def record_from_dict(data: dict) -> Record:
