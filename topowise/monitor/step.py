@@ -27,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from topowise.measure import gpu_clocks
+from topowise.measure.records import versioned
 from topowise.monitor import rules
 
 READ_AFTER_STEPS = 2  # GPU events are read this many steps after they were recorded
@@ -341,7 +342,7 @@ class StepMonitor:
     # ---- output -----------------------------------------------------------------------------------
 
     def _write(self, record: dict) -> None:
-        self._file.write(json.dumps(record) + "\n")
+        self._file.write(json.dumps(versioned(record)) + "\n")  # MonitorStart / MonitorStep, with their version
         self._file.flush()
 
     def _tensorboard(self, wanted: bool | None):
