@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable, Hashable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, TypeVar
 
 from topowise.errors import UsageError
 
@@ -133,7 +133,7 @@ class Record:
     keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Self:
+    def from_dict(cls: type[_R], data: dict) -> _R:
         """The record in `data` (one JSONL line); UsageError on another kind, a version this code does not
         read, a missing field or a field of the wrong JSON type."""
         if data.get("kind") != cls.KIND:
@@ -165,6 +165,7 @@ class Record:
 
 
 _BASE_FIELDS = ("schema_version", "extra", "keys")
+_R = TypeVar("_R", bound=Record)
 
 
 @dataclass(frozen=True, kw_only=True)
