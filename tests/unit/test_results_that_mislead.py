@@ -1,0 +1,138 @@
+"""Results that read as measured and met when they are not: each refused, or said for what it is
+(validate with no GPU-bound case, a second validate into one folder, monitor summarize without rank 0's
+file, a calibration whose fit misses its own runs, a model profile made on the CPU, a model whose
+forward fails, an example batch the function sizes itself)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from topowise.errors import UsageError
+
+
+# --- validate ------------------------------------------------------------------------------------
+def test_a_target_item_about_gpu_bound_cases_says_none_was_measured():
+    from topowise.cli.validate import target_item
+
+    none = {"by_bound": {"gpu": {"cases": 0}, "host": {"cases": 3}}}
+    text = target_item("GPU-bound step MAE <= 4%", True, none)
+    assert "no GPU-bound case measured" in text and "yes" not in text and "[red]no[/]" not in text
+    some = {"by_bound": {"gpu": {"cases": 2}, "host": {"cases": 0}}}
+    assert target_item("GPU-bound step MAE <= 4%", True, some).endswith("yes[/]")
+
+
+def test_a_second_validate_into_one_folder_names_the_flags_and_overwrite_starts_empty(tmp_path, monkeypatch):
+    from topowise.calibrate import validate as V
+    from topowise.calibrate.machine import cpu_topology
+    from topowise.costmodel.profile import default_profile
+
+    folder = tmp_path / "v-records"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"kind": "train"}\n')
+    args = {"profile": default_profile(), "device": "cpu", "nproc": 2, "out": str(tmp_path / "v.jsonl"),
+            "plot": None, "make_plot": False, "topology": cpu_topology(2)}
+    with pytest.raises(UsageError) as refused:
+        V.validate(**args)
+    assert "--measured" in str(refused.value) and "--overwrite" in str(refused.value)
+
+    def measure(plan, nproc, records, **kw):  # stands in for the runs: what the folder holds when they start
+        raise RuntimeError(sorted(p.name for p in records.iterdir()))
+
+    monkeypatch.setattr(V, "measure", measure)
+    with pytest.raises(RuntimeError) as started:
+        V.validate(**args, overwrite=True)
+    assert started.value.args[0] == ["meta.json"]  # the new run's meta.json alone: the old records are gone
+
+
+# --- monitor summarize ---------------------------------------------------------------------------
+def test_summarize_without_rank_0s_file_says_so_and_does_not_call_rank_0_slow(tmp_path, capsys):
+    from test_monitor_summary import write_run
+
+    from topowise.cli.main import main
+    from topowise.monitor.summary import summarize, verdict
+
+    write_run(tmp_path)  # rank 1 started step 9 late; rank 0 waited (and alone flagged it)
+    (tmp_path / "monitor.rank0.jsonl").unlink()
+    summary = summarize(str(tmp_path))
+    assert summary.missing_ranks == [0]
+    lines = verdict(summary)
+    assert "monitor.rank0.jsonl" in lines[0] and not any("Rank 0 is the slow one" in line for line in lines)
+    assert main(["monitor", "summarize", str(tmp_path), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert "Missing: monitor.rank0.jsonl" in out and "Rank 0 is the slow one" not in out
+
+
+def test_a_rank_named_late_by_the_others_whose_file_is_missing_is_not_called_the_slow_one(tmp_path):
+    from topowise.monitor.summary import summarize, verdict
+
+    # rank 1's own records: it waited at step 9 for rank 0, how late unknown (slow_by_s null)
+    lines = [{"kind": "start", "rank": 1, "world_size": 2, "collective": "the all-reduce"}]
+    for step in range(12):
+        slow = step == 9
+        lines.append({"kind": "step", "step": step, "rank": 1, "world_size": 2, "step_time_s": 0.35 if slow else 0.1,
+                      "wait_s": 0.25 if slow else 0.0, "slowest_rank": 0, "slow_by_s": None, "late_at": "start",
+                      "step_times_s": [None, 0.1], "waits_s": [None, 0.0], "spike": {"wait": slow}})
+    (tmp_path / "monitor.rank1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    said = verdict(summarize(str(tmp_path)))
+    assert not any(line.startswith("Rank 0 is the slow one") for line in said)
+    assert any("rank 0 (its own file is missing) was late" in line for line in said)
+
+
+# --- calibrate -----------------------------------------------------------------------------------
+@pytest.fixture
+def fitted_with(monkeypatch, tmp_path):
+    """calibrate --from-records on a stand-in fit whose step-time rms error is the given one."""
+    from topowise.calibrate import driver
+    from topowise.calibrate.machine import cpu_topology
+    from topowise.costmodel.profile import default_profile
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    meta = {"fingerprint": "device=cpu; name=test cpu", "topology": cpu_topology(2).to_dict(), "started": "2026"}
+    monkeypatch.setattr(driver, "read_records_dir", lambda folder: ([], meta))
+
+    def fit(rms):
+        report = {"step_time": {"observations": 3, "rms_error": rms, "max_error": rms * 1.5}, "memory": None}
+        monkeypatch.setattr(driver, "fit_profile", lambda *a, **k: (default_profile(), dict(report)))
+        return driver
+
+    return fit
+
+
+def test_a_fit_missing_its_own_runs_by_more_than_the_bound_is_not_cached(fitted_with, tmp_path):
+    from topowise.calibrate.fit import POOR_FIT_RMS
+
+    driver = fitted_with(POOR_FIT_RMS + 0.15)
+    out = tmp_path / "cpu.json"
+    result = driver.calibrate(device="cpu", nproc=0, out=str(out), records=None, from_records=str(tmp_path))
+    assert result.cache_path is None and not (tmp_path / "cache").exists()
+    assert out.is_file() and result.profile_path == str(out)  # --out still gets it
+    (said,) = [w for w in result.report["warnings"] if "not cached" in w]
+    assert "--keep-poor-fit" in said and f"{100 * POOR_FIT_RMS:g}%" in said and str(out) in said
+    kept = driver.calibrate(device="cpu", nproc=0, out=None, records=None, from_records=str(tmp_path),
+                            keep_poor_fit=True)
+    assert kept.cache_path and Path(kept.cache_path).is_file()
+
+
+def test_a_fit_within_the_bound_is_cached_as_before(fitted_with, tmp_path):
+    from topowise.calibrate.fit import POOR_FIT_RMS
+
+    driver = fitted_with(POOR_FIT_RMS - 0.05)
+    result = driver.calibrate(device="cpu", nproc=0, out=None, records=None, from_records=str(tmp_path))
+    assert result.cache_path and Path(result.cache_path).is_file()
+    assert not [w for w in result.report["warnings"] if "not cached" in w]
+
+
+def test_calibrate_cli_exits_0_with_the_warning_and_writes_nowhere_without_out(fitted_with, tmp_path, capsys):
+    from topowise.calibrate.fit import POOR_FIT_RMS
+    from topowise.cli.main import main
+
+    fitted_with(POOR_FIT_RMS + 0.15)
+    assert main(["calibrate", "--from-records", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "profile: not written" in captured.out
+    warning = [line for line in captured.err.splitlines() if "not cached" in line]
+    assert len(warning) == 1 and warning[0].startswith("topowise: warning:") and "--out FILE keeps it" in warning[0]
+    assert not (tmp_path / "cache").exists()
