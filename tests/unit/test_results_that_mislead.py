@@ -136,3 +136,100 @@ def test_calibrate_cli_exits_0_with_the_warning_and_writes_nowhere_without_out(f
     warning = [line for line in captured.err.splitlines() if "not cached" in line]
     assert len(warning) == 1 and warning[0].startswith("topowise: warning:") and "--out FILE keeps it" in warning[0]
     assert not (tmp_path / "cache").exists()
+
+
+# --- profile -------------------------------------------------------------------------------------
+MODELS = '''
+import torch
+import torch.nn as nn
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 4)
+
+    def forward(self, x):
+        raise RuntimeError("shapes (3x4) and (5x4) do not multiply\\nsecond line")
+
+
+def broken(micro_batch: int = 2):
+    return Broken(), torch.randn(micro_batch, 4)
+
+
+def small(micro_batch: int = 2):
+    return nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)), torch.randn(micro_batch, 4)
+
+
+class Clicks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.EmbeddingBag(100, 4, mode="sum")
+        self.top = nn.Linear(4, 1)
+
+    def forward(self, ids):
+        return self.top(self.table(ids))
+
+
+def clicks():  # a recommendation-style batch the function sizes itself: 256 samples x 8 ids, no tokens
+    return Clicks(), torch.randint(0, 100, (256, 8))
+'''
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch, request):
+    """A module of small models in the working folder (profile imports module:function from there)."""
+    name = f"mislead_{request.node.name[:40].replace('[', '_').replace(']', '_')}"
+    (tmp_path / f"{name}.py").write_text(MODELS)
+    monkeypatch.chdir(tmp_path)
+    return name
+
+
+def test_profile_of_a_model_whose_forward_fails_exits_2_and_writes_nothing(models, tmp_path, capsys):
+    from topowise.cli.main import main
+
+    out = tmp_path / "p.json"
+    assert main(["profile", "--model", f"{models}:broken", "--device", "cpu", "--strategies", "ddp,zero3",
+                 "--steps", "1", "--warmup", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("topowise: profiling on the CPU is for testing")
+    assert err[-1].startswith("topowise: error:") and "shapes (3x4) and (5x4) do not multiply" in err[-1]
+    assert "second line" not in err[-1] and not out.exists()
+
+
+def test_profile_on_the_cpu_says_so_first_and_reports_every_step(models, capsys):
+    from topowise.cli.main import main
+
+    assert main(["profile", "--model", f"{models}:small", "--device", "cpu", "--strategies", "ddp",
+                 "--steps", "2", "--warmup", "1", "--json"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "for testing" in err[0]
+    steps = [line for line in err[1:] if line.startswith("topowise: ddp: step ")]
+    assert len(steps) == 1 + 2 + 1  # warm-up, timed, the per-block step
+    assert steps[-1].startswith("topowise: ddp: step 4 of 4")
+
+
+def test_an_example_batch_sized_by_the_function_is_its_micro_batch_in_samples(models, tmp_path, capsys):
+    from topowise.cli.main import main
+
+    out = tmp_path / "clicks.json"
+    assert main(["profile", "--model", f"{models}:clicks", "--device", "cpu", "--strategies", "ddp",
+                 "--steps", "1", "--warmup", "0", "--out", str(out)]) == 0
+    assert "micro-batch 256 samples" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["micro_batch"] == 256 and data["seq_len"] == 1
+    # the same figures as if measured on an H200: predict names the unit
+    data.update(device="cuda", device_name="NVIDIA H200", matmul_flops=790e12, memory_bytes_per_s=4.2e12)
+    out.write_text(json.dumps(data))
+    assert main(["predict", "--model-profile", str(out), "--model", f"{models}:clicks", "--topology", "hgx-h200-8",
+                 "--num-gpus", "1", "--strategy", "ddp", "--micro-batch", "256", "--seq-len", "1", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["model_profile"]
+    assert said["unit"] == "samples" and "samples/s" in said["note"]
+
+
+def test_a_micro_batch_the_function_cannot_take_is_refused(models, capsys):
+    from topowise.cli.main import main
+
+    assert main(["profile", "--model", f"{models}:clicks", "--device", "cpu", "--micro-batch", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "takes no micro_batch" in err and "256 samples" in err
