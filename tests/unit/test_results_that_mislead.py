@@ -233,3 +233,17 @@ def test_a_micro_batch_the_function_cannot_take_is_refused(models, capsys):
     assert main(["profile", "--model", f"{models}:clicks", "--device", "cpu", "--micro-batch", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "takes no micro_batch" in err and "256 samples" in err
+
+
+def test_a_strategy_that_failed_is_shown_with_its_error(capsys):
+    from topowise.cli.model_profile import render
+
+    ok = {"step_s": 0.01, "gpu_s": {"forward": 0.001, "backward": 0.002, "optimizer": 0.001},
+          "host_s": {"forward": 0.001, "backward": 0.002, "optimizer": 0.001}, "peak_allocated_bytes": None,
+          "activation_bytes": None}
+    render({"model": {"name": "m:build", "params": 10, "blocks": [], "wrap_class": "", "accepts": ["micro_batch"]},
+            "device_name": "cpu", "micro_batch": 2, "seq_len": 1, "torch_version": "2", "compile": False,
+            "wall_s": 1.0, "strategies": {"ddp": ok, "zero3": {"status": "error", "error": "NotImplementedError: "
+                                                                                          "aten::foo on DTensor"}}})
+    out = capsys.readouterr().out
+    assert "zero3: error: NotImplementedError: aten::foo on DTensor" in out and "2 samples" in out
