@@ -158,7 +158,7 @@ def broken(micro_batch: int = 2):
 
 
 def small(micro_batch: int = 2):
-    return nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)), torch.randn(micro_batch, 4)
+    return nn.Sequential(nn.Linear(4, 1)), torch.randn(micro_batch, 4)  # no repeated block: no hooks
 
 
 class Clicks(nn.Module):

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="MODULE:FUNCTION",
                         help="a function returning (model, example_batch[, loss_fn]), e.g. examples.models.llama:build")
     parser.add_argument("--micro-batch", type=int, default=None, metavar="B",
-                        help="passed to the function as micro_batch (default: the function's own default)")
+                        help="passed to the function as micro_batch (default: the function's own default; a "
+                             "function that takes none: the samples in its example batch)")
     parser.add_argument("--seq-len", type=int, default=None, metavar="L",
                         help="passed as seq_len where the function takes it; tokens per sample in throughput "
                              "(default: the function's seq_len default, else 1)")
