@@ -20,6 +20,13 @@ from dataclasses import asdict, dataclass, field
 
 from topowise.costmodel.comm import block_tensors, root_params
 from topowise.costmodel.flops import flops_params
+from topowise.costmodel.kernels import (
+    SCORE_SAVED_BYTES,
+    check_attention,
+    fp8_linear_params,
+    loss_memory_bytes,
+    unfused_score_elements_per_token,
+)
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec
 from topowise.run import Run, Strategy
@@ -225,13 +232,22 @@ def saved_activation_bytes_per_token(run: Run, autocast: bool) -> tuple[float, f
     """(bytes every block together keeps for backward, bytes one block's backward recomputes at once),
     per token, under the run's checkpointing mode."""
     model = run.model
-    per_layer = activation_bytes_per_token_per_layer(model, autocast, compiled=run.compile)
+    per_layer = activation_bytes_per_token_per_layer(model, autocast, compiled=run.compile) + score_bytes_per_token(run)
     if run.per_op_checkpointing:
         return (model.num_layers * selective_kept_bytes_per_token_per_layer(model, autocast),
                 selective_recompute_bytes_per_token(model, autocast))
     whole = checkpointed_blocks(run)
     kept = whole * block_input_bytes_per_token(model, autocast) + (model.num_layers - whole) * per_layer
     return kept, per_layer if whole else 0.0
+
+
+def score_bytes_per_token(run: Run) -> float:
+    """Unfused attention: what one layer keeps of its scores per token (kernels.SCORE_SAVED_BYTES per score element,
+    heads x sequence of them); 0 with flash attention."""
+    if run.attention != "unfused":
+        return 0.0
+    check_attention(run)
+    return SCORE_SAVED_BYTES * unfused_score_elements_per_token(run.model, run.seq_len) / run.model.num_layers
 
 
 def head_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
@@ -375,9 +391,16 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
     # sharded gradients: what is alive is linear in the block reached, so its largest is at the first
     # block's backward (every block's activations, no block's gradients) or the last one's (one block's
     # activations, every other block's gradients). DDP's gradients are there throughout.
+    if run.precision == "fp8" and run.fp8_recipe == "rowwise" and run.spec.reshard_after_forward:
+        # rowwise keeps each block's gathered bf16 weights from its forward to its backward (zero2 keeps every unit
+        # gathered already); torchtitan measured +10.9 GiB over bf16 on Llama 3 8B, 8 H100; this term +13.0 GiB
+        # (docs/costmodel.md)
+        base = {**base, "fp8 rowwise: gathered bf16 block weights kept for backward": 2.0 * fp8_linear_params(model)}
+        at_loss = {**at_loss, **base}
+    at_loss_logits, at_output_logits = loss_memory_bytes(model, tokens, run.loss, logits_bytes_per_token(model))
     phases = {
-        "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), at_loss),
-        "output-layer backward": (grads_at_start, saved, tokens * 2 * model.vocab_size, {**base, **out_grad}),
+        "loss backward": (grads_at_start, saved, at_loss_logits, at_loss),
+        "output-layer backward": (grads_at_start, saved, at_output_logits, {**base, **out_grad}),
         "block backward": (grads_at_start, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
     }

@@ -63,6 +63,8 @@ class Profile:
 
     # achieved / datasheet bf16 peak: the matmuls' best (gemm_form; all FLOPs if no attention term)
     compute_efficiency: float = _DEFAULT["compute_efficiency"]
+    # achieved / datasheet fp8 dense peak of the fp8 GEMMs (Run.precision "fp8"), in the sense of compute_efficiency
+    fp8_compute_efficiency: float = _DEFAULT["fp8_compute_efficiency"]
     # what compute_efficiency is the rate of: "tiles", a GEMM that fills every wave of its tiles (the block Linears
     # reach a share of it by their shape: gemm.py); "one-rate", every matmul (a file without gemm_form is read so)
     gemm_form: str = _DEFAULT["gemm_form"]
