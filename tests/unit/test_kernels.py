@@ -159,3 +159,19 @@ def test_predict_flags_reach_the_prediction(capsys):
     assert "fp8 (rowwise), loss chunked" in text and "of the fp8 dense peak, 1,979 TFLOP/s" in text
     assert main(["predict", *argv[1:9], "--fp8-recipe", "rowwise"]) == 2
     assert "applies to --precision fp8" in capsys.readouterr().err
+
+
+def test_plan_takes_the_kernels_from_the_cli_and_the_api(capsys):
+    """plan --precision fp8 ranks fp8 candidates (faster on H100 than bf16's best); the API's plan takes the same."""
+    from topowise import api
+
+    base = ["plan", "--model", "llama3.2-1b", "--topology", "hgx-h100-8", "--num-gpus", "2", "--micro-batch", "1",
+            "--json"]
+    assert main(base) == 0
+    bf16 = json.loads(capsys.readouterr().out)["plans"][0]
+    assert main([*base, "--precision", "fp8"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)["plans"][0]
+    assert fp8["tokens_per_s"] > bf16["tokens_per_s"]
+    best = api.plan("llama3.2-1b", "hgx-h100-8", num_gpus=2, micro_batch=1, precision="fp8").best
+    assert best is not None and best.run.precision == "fp8"
+    assert best.tokens_per_s == pytest.approx(fp8["tokens_per_s"])
