@@ -97,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(prediction.to_dict(), **({"model_profile": measured} if measured else {})), indent=2))
     else:
-        render(prediction, profile.memory_headroom, profile.host_spread)
+        from topowise.costmodel.memory import reserved_bytes
+
+        render(prediction, profile.memory_headroom, profile.host_spread,
+               reserved=reserved_bytes(prediction.memory, prediction.run, profile))
         if measured:
             print(f"from model profile {measured['file']}: {measured['note']}")
     return 0
@@ -219,9 +222,10 @@ def _table(title: str):
                  pad_edge=False, min_width=len(title))
 
 
-def render(p, headroom: float | None = None, host_spread: float | None = None) -> None:
+def render(p, headroom: float | None = None, host_spread: float | None = None, reserved: int | None = None) -> None:
     """The prediction as tables; `headroom`: the profile's share of GPU memory kept free, `host_spread`:
-    how much the host's speed moves between launches (both the default profile's when not given)."""
+    how much the host's speed moves between launches (both the default profile's when not given); `reserved`: what
+    nvidia-smi would show (memory.reserved_bytes), a row of its own where it is not the peak."""
     from topowise.cli.console import column, console, print_whole
     from topowise.costmodel.profile import default_profile
 
@@ -295,6 +299,8 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     if m.first_steps_extra_bytes:
         mem.add_row("step 2 only: DDP bucket rebuild", _gib(m.first_steps_extra_bytes))
     mem.add_row("[bold]peak[/]", f"[bold]{_gib(m.peak_bytes)}[/]")
+    if reserved and reserved != m.peak_bytes:
+        mem.add_row("reserved as nvidia-smi shows it (FSDP2's cache above allocated)", _gib(reserved))
     mem.add_row("GPU memory", _gib(m.gpu_memory_bytes))
     if headroom > 0:
         mem.add_row(f"usable ({headroom:.0%} kept free)", _gib(m.gpu_memory_bytes * (1.0 - headroom)))

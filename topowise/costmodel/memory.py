@@ -2,6 +2,7 @@
 (docs/costmodel.md, section 5, has the derivation and the measurements):
 
     peak_bytes = allocated x (1 + allocator_slack) + cuda_context_bytes + first steps' extra (DDP: 4P on step 2)
+    reserved   = the same with FSDP2's own slack (Profile.fsdp_allocator_slack): what nvidia-smi shows (reserved_bytes)
     allocated  = max over moments of (params + optimizer + grads + activations + logits + buffers + cuBLAS workspace)
     fits       = peak_bytes <= GPU memory x (1 - memory_headroom)
 
@@ -422,6 +423,22 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
 # on compute capability 9 and later (pytorch/pytorch#120925, after the cuBLAS documentation's recommendation for Hopper;
 # 4 MiB on large Ampere parts). Read alive at every peak of memory/run62 (research/2026-12-03-h200x1).
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+
+
+def allocator_slack(run: Run, profile: Profile) -> float:
+    """Reserved above allocated, a fraction of allocated, as a steady step shows it: FSDP2's (zero2, zero3, hsdp
+    under PyTorch) is its own (Profile.fsdp_allocator_slack: its all-gather and reduce-scatter buffers come and go
+    on their own streams each block), the rest Profile.allocator_slack."""
+    return profile.fsdp_allocator_slack if run.spec.fsdp and run.engine == "pytorch" else profile.allocator_slack
+
+
+def reserved_bytes(memory: MemoryBreakdown, run: Run, profile: Profile) -> int:
+    """What nvidia-smi shows at the peak: the allocated peak x (1 + allocator_slack(run)), the CUDA context, the first
+    steps' extra. peak_bytes, which `fits` reads, keeps Profile.allocator_slack: the cache FSDP2 keeps above it is
+    given back (the caching allocator frees its cached blocks and retries before it raises out-of-memory), and no
+    record here ran out of memory to say otherwise (docs/costmodel.md, "Reserved memory")."""
+    return int(memory.allocated_bytes * (1 + allocator_slack(run, profile)) + memory.cuda_context_bytes
+               + memory.first_steps_extra_bytes)
 
 
 def breakdown_at_peak(phases: dict, params: float, optimizer: float, gpu_memory_bytes: float, profile: Profile,

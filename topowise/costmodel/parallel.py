@@ -55,7 +55,12 @@ from topowise.costmodel.kernels import (
     fp8_weight_cast_bytes,
     loss_chunk_tokens,
 )
-from topowise.costmodel.memory import CUBLAS_WORKSPACE_BYTES, breakdown_at_peak, fits, pytorch_state_bytes
+from topowise.costmodel.memory import (
+    CUBLAS_WORKSPACE_BYTES,
+    breakdown_at_peak,
+    fits,
+    pytorch_state_bytes,
+)
 from topowise.costmodel.pipeline import LayerSplit, in_flight, peak_activation_layers, pipeline_time
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
