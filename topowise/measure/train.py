@@ -315,7 +315,9 @@ def bench_train(request: TrainRequest, expect: Callable[[TrainCase], Expected] |
             if not request.nsys and record["status"] == "ok":
                 from topowise.measure.timeline import write_breakdown
 
-                write_breakdown(folder, record)  # DIR/<strategy>/breakdown.json and .png
+                doc = write_breakdown(folder, record)  # DIR/<strategy>/breakdown.json and .png
+                # a mesh run's: exposed communication by mesh dimension per rank, the pipeline's idle time per stage
+                record.update({k: doc[k] for k in ("exposed_comm_by_dim_s", "pipeline_bubble") if k in doc})
         if request.out and is_reporting_rank():
             append_record(request.out, record)
         records.append(record)
