@@ -32,10 +32,8 @@ import torch.nn.functional as F
 
 from topowise.measure import steps
 from topowise.measure import strategies as S
-from topowise.measure.train import TrainCase
+from topowise.measure.train import MESH_DIMS, TrainCase
 from topowise.run import Run
-
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # torchtitan's order, outermost first
 
 
 def mesh_shape(run: Run) -> tuple[int, ...]:
