@@ -49,7 +49,7 @@ def request(model="tiny", strategies="ddp,zero3", **kw):
 def test_a_cpu_run_that_cannot_fit_the_machines_memory_is_refused_with_the_arithmetic(monkeypatch):
     monkeypatch.setattr(train, "available_memory_bytes", lambda: 22 * GIB)
     with pytest.raises(UsageError) as err:
-        request(model="llama3.2-1b", seq_len=4096)
+        train.refuse_if_none_fits(request(model="llama3.2-1b", seq_len=4096))
     message = str(err.value)
     assert "none is launched" in message and "\n" not in message
     # zero3 over 2 processes: each holds half the states; the arithmetic is written out, with the limit
@@ -77,11 +77,15 @@ def test_the_heavier_strategy_is_refused_and_the_others_run(monkeypatch):
     assert cli.status_words(ddp) == "refused"
 
 
-def test_a_gpu_run_is_refused_only_past_one_gpus_memory():
-    cases = request(model="llama3.2-1b", strategies="ddp", seq_len=4096, check_memory=False).cases
+def test_a_gpu_mesh_run_is_refused_only_past_one_gpus_memory():
+    cases = request(model="llama3.1-8b", strategies="ddp", seq_len=1024, nproc=2, check_memory=False,
+                    mesh={"pp": 2, "grad_accum": 2}).cases
     need = train.rank_bytes(cases[0])
-    assert train.memory_refusals(cases, 8, "cuda", gpu_memory=need + 1) == {}
-    assert "on one GPU" in train.memory_refusals(cases, 8, "cuda", gpu_memory=need - 1)["ddp"]
+    assert train.memory_refusals(cases, 2, "cuda", gpu_memory=need + 1) == {}
+    assert "on one GPU" in train.memory_refusals(cases, 2, "cuda", gpu_memory=need - 1)["ddp"]
+    # a data-parallel strategy's out-of-memory on a GPU is a measurement: it is launched
+    plain = request(model="llama3.2-1b", strategies="ddp", seq_len=4096, check_memory=False).cases
+    assert train.memory_refusals(plain, 2, "cuda", gpu_memory=GIB) == {}
 
 
 def test_a_mesh_rank_holds_the_whole_model_while_it_cuts_its_stage():

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr,
         engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus, mesh=mesh_from_args(args),
         check_memory=args.check_memory)
+    train.refuse_if_none_fits(request)  # before any launch: each strategy's memory arithmetic
     topology = _topology(args.topology, request)
 
     def expect(case):

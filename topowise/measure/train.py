@@ -185,8 +185,8 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                  pin_cpus: bool = False, mesh: dict | None = None, check_memory: bool = True) -> TrainRequest:
     """Validate every flag once, with the arithmetic in the message; decide devices and hsdp groups.
     `mesh`: the Run keywords tp, pp, cp, pp_schedule, virtual_stages, grad_accum, sequence_parallel.
-    With `check_memory`, a strategy the cost model says cannot fit is not launched (memory_refusals), and
-    when none fits, a UsageError says each one's arithmetic."""
+    With `check_memory`, a strategy the cost model says cannot fit is not launched (memory_refusals; when none
+    fits, `refuse_if_none_fits` says each one's arithmetic)."""
     from topowise.measure.machine import live_islands
     from topowise.measure.rank import cuda_device_count
 
@@ -234,13 +234,17 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
         for name in names)
     trace, nsys = parse_trace(trace)
     refused = memory_refusals(cases, nproc, device) if check_memory else {}
-    if refused and len(refused) == len(cases):
-        raise UsageError("no strategy fits this machine's memory, so none is launched: "
-                         + "; ".join(f"{name}: {why}" for name, why in refused.items())
-                         + " (a smaller --seq-len or --micro-batch, more processes with zero3, --tp or --pp; "
-                           "--no-memory-check launches anyway)")
     return TrainRequest(cases=cases, nproc=nproc, timeout_s=timeout_s, out=out, hsdp_note=note, trace=trace,
                         nsys=nsys, pin_cpus=pin_cpus, refused=refused)
+
+
+def refuse_if_none_fits(request: TrainRequest) -> None:
+    """A UsageError, with each strategy's arithmetic, when memory_refusals refused every case: nothing to launch."""
+    if request.refused and len(request.refused) == len(request.cases):
+        raise UsageError("no strategy fits this machine's memory, so none is launched: "
+                         + "; ".join(f"{name}: {why}" for name, why in request.refused.items())
+                         + " (a smaller --seq-len or --micro-batch, more processes with zero3, --tp or --pp; "
+                           "--no-memory-check launches anyway)")
 
 
 # A rank's resident memory besides its model: the interpreter, torch and gloo. 410-430 MiB measured per rank of a
@@ -294,8 +298,9 @@ def memory_refusals(cases: tuple[TrainCase, ...], nproc: int, device: str, *, av
     """strategy -> why it is not launched, for each case whose cost-model memory cannot fit. On a CPU the
     ranks on this machine share its memory: nproc x (heaviest rank + RANK_BASE_BYTES) against what is
     available (a CPU run past it is swapped or killed, minutes later); on a GPU the heaviest rank's allocated
-    bytes alone (no allocator slack, no CUDA context: a floor) against one GPU's memory. What cannot be read
-    refuses nothing."""
+    bytes alone (no allocator slack, no CUDA context: a floor) against one GPU's memory, for a mesh run only: a
+    data-parallel strategy's out-of-memory on a GPU is raised within seconds and recorded as a result (the
+    memory model's calibration rests on such records). What cannot be read refuses nothing."""
     gib = 2**30
     out = {}
     if device == "cpu":
@@ -313,7 +318,7 @@ def memory_refusals(cases: tuple[TrainCase, ...], nproc: int, device: str, *, av
                     f"{nproc} ranks x ({need / gib:.2f} GiB estimated for the heaviest rank + "
                     f"{RANK_BASE_BYTES / gib:.2f} GiB interpreter and torch) = {total / gib:.2f} GiB > "
                     f"{available / gib:.2f} GiB available")
-        elif device == "cuda" and gpu_memory and need > gpu_memory:
+        elif device == "cuda" and case.run.has_mesh and gpu_memory and need > gpu_memory:
             out[case.run.strategy] = (f"{need / gib:.2f} GiB estimated for the heaviest rank (allocated, before "
                                       f"allocator slack and the CUDA context) > {gpu_memory / gib:.2f} GiB on one GPU")
     return out
