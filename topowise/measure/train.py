@@ -249,7 +249,7 @@ def refuse_if_none_fits(request: TrainRequest) -> None:
 
 # A rank's resident memory besides its model: the interpreter, torch and gloo. 410-430 MiB measured per rank of a
 # 4-process CPU run of the tiny model under --trace (torch 2.13; peak_rss_bytes in
-# tests/data/records/2026-12-05-cpu-mesh/train.jsonl).
+# tests/data/records/2026-12-05-cpu/mesh-trace/train.jsonl).
 RANK_BASE_BYTES = 450 * 2**20
 
 
