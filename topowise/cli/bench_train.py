@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the steps under torch.profiler: per strategy and rank, the operator table "
                              "(DIR/<strategy>/rank<R>.txt) and timeline (rank<R>.trace.json.gz, for Perfetto or "
                              "TensorBoard), read into breakdown.json and breakdown.png (compute, exposed "
-                             "communication by collective, host wait per phase); nsys or nsys:DIR: the ranks under "
+                             "communication by collective, host wait per phase; on a mesh, exposed communication by "
+                             "mesh dimension and each pipeline stage's idle time); nsys or nsys:DIR: the ranks under "
                              "Nsight Systems instead; a diagnostic, it slows every step")
     parser.add_argument("--no-memory-check", dest="check_memory", action="store_false",
                         help="launch even a strategy the cost model says cannot fit (by default it is not launched: "
