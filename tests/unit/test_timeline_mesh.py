@@ -6,7 +6,7 @@ import pytest
 
 from topowise.measure import timeline as T
 
-MAIN, TP_A, TP_B, DP, STRAY = 1, 11, 12, 21, 99
+MAIN, TP_A, TP_B, DP, DP_B, STRAY = 1, 11, 12, 21, 22, 99
 
 
 def span(cat, name, ts, dur, tid=MAIN, **args):
@@ -17,8 +17,8 @@ def us(x):
     return pytest.approx(x / 1e6, abs=1e-12)
 
 
-def cpu_trace():
-    """Probes first: tp's two worker threads each run one of the tp probe's all-reduces, dp_shard's thread
+def cpu_trace(tp_b_probed=True, stray=True):
+    """Probes first: tp's two worker threads each run one of the tp probe's all-reduces, dp_shard's two threads
     the dp_shard probe's. Step 0 (1000-2000, microseconds) on the main thread: a matmul 1000-1300; a DTensor
     redistribution 1300-1500 that issues an all-gather and waits in it (1310-1500); a matmul 1500-1700.
     tp's second thread runs the all-gather 1305-1480 (the main thread only waits: all exposed); dp_shard's
@@ -28,9 +28,10 @@ def cpu_trace():
     return [
         span("user_annotation", "topowise.probe.tp", 0, 100),
         span("user_annotation", "gloo:all_reduce", 10, 40, TP_A),
-        span("user_annotation", "gloo:all_reduce", 12, 48, TP_B),
+        span("user_annotation", "gloo:all_reduce", 12, 48, TP_B if tp_b_probed else TP_A),
         span("user_annotation", "topowise.probe.dp_shard", 100, 100),
         span("user_annotation", "gloo:all_reduce", 110, 40, DP),
+        span("user_annotation", "gloo:all_reduce", 112, 40, DP_B),
         span("user_annotation", "topowise.step.0", 1000, 1000),
         span("user_annotation", "topowise.forward", 1000, 700),
         span("user_annotation", "topowise.backward", 1700, 200),
@@ -45,8 +46,7 @@ def cpu_trace():
         span("user_annotation", "gloo:all_reduce", 1600, 200, DP),
         span("user_annotation", "gloo:recv", 1800, 100),
         span("cpu_op", "c10d::recv_", 1800, 100),
-        span("user_annotation", "gloo:all_reduce", 1950, 10, STRAY),
-    ]
+    ] + ([span("user_annotation", "gloo:all_reduce", 1950, 10, STRAY)] if stray else [])
 
 
 def test_a_gloo_trace_names_each_exposed_collective_by_the_dimension_its_thread_probed():
@@ -56,6 +56,15 @@ def test_a_gloo_trace_names_each_exposed_collective_by_the_dimension_its_thread_
     assert step.idle_s == us(100)  # the stage's wait on its neighbour
     d = step.to_dict()
     assert d["exposed_comm_by_dim_s"]["tp"] == us(175)
+
+
+def test_a_groups_thread_the_probes_missed_is_its_other_thread():
+    # both tp probes ran on one thread: the one worker thread no probe ran is tp's other
+    (step,) = T.read_trace(cpu_trace(tp_b_probed=False, stray=False), process_groups={}).steps
+    assert step.by_dim["tp"] == {"all_gather": us(175)} and "unknown" not in step.by_dim
+    # with a second thread no probe ran, which is tp's is not known
+    (step,) = T.read_trace(cpu_trace(tp_b_probed=False), process_groups={}).steps
+    assert "tp" not in step.by_dim and step.by_dim["unknown"] == {"all_gather": us(175), "all_reduce": us(10)}
 
 
 def test_a_run_without_a_mesh_is_read_as_before():

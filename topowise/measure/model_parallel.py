@@ -288,6 +288,7 @@ def train_mesh(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
 
 
 PROBE_NUMEL = 1 << 20  # 4 MB of float32: long enough (ms on gloo) that the second probe finds the first running
+PROBE_ROUNDS = 3  # a pair that both landed on one thread (its first done before the second came) is tried again
 
 
 def probe_groups(mesh, run: Run, device) -> None:
@@ -300,16 +301,17 @@ def probe_groups(mesh, run: Run, device) -> None:
     import torch.distributed as dist
     from torch.profiler import record_function
 
+    first, second = torch.zeros(PROBE_NUMEL, device=device), torch.zeros(1, device=device)
     for name, size in zip(MESH_DIMS, mesh_shape(run)):
         if size == 1:
             continue
         group = mesh.get_group(name)
-        first, second = torch.zeros(PROBE_NUMEL, device=device), torch.zeros(1, device=device)
         with record_function(f"topowise.probe.{name}"):
-            works = [dist.all_reduce(first, group=group, async_op=True),
-                     dist.all_reduce(second, group=group, async_op=True)]
-            for work in works:
-                work.wait()
+            for _ in range(PROBE_ROUNDS):
+                works = [dist.all_reduce(first, group=group, async_op=True),
+                         dist.all_reduce(second, group=group, async_op=True)]
+                for work in works:
+                    work.wait()
 
 
 def make_schedule(run: Run, stages: list[tuple[int, Stage]], mesh, device, loss_fn):

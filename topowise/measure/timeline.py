@@ -413,7 +413,9 @@ def host_comm_by_dim(events: list[dict], reading: TraceReading, pipelined: bool)
     A gloo collective is a gloo:<op> range on one of its group's worker threads (a send or receive: on the
     calling thread); it is exposed where the main thread runs no operator other than a communication one (it
     waits). Its dimension: that of the topowise.probe.<dimension> range during which its thread first ran
-    (topowise.measure.model_parallel.probe_groups), and a send or receive on the main thread is the pipeline's
+    (topowise.measure.model_parallel.probe_groups; a thread no probe ran is the other thread of the one dimension
+    with a single thread found, when there is one such thread and dimension), and a send or receive on the main
+    thread is the pipeline's
     (the only point-to-point user of the mesh); anything else is "unknown". With `pipelined`, a stage's idle
     time is its exposed pipeline communication: the main thread blocked on its neighbours."""
     steps, _ = ranges(events)
@@ -427,6 +429,12 @@ def host_comm_by_dim(events: list[dict], reading: TraceReading, pipelined: bool)
         dim = _find(float(e["ts"]), probes)
         if e.get("tid") != main and dim is not None:
             thread_dim.setdefault(e.get("tid"), dim)
+    # a group has two worker threads: where the probes found one thread of a single dimension only, a worker
+    # thread no probe ran is that dimension's other one
+    unmapped = {e.get("tid") for e in gloo if e.get("tid") != main} - set(thread_dim)
+    short = [d for d in {d for _, d in probes} if list(thread_dim.values()).count(d) == 1]
+    if len(unmapped) == 1 and len(short) == 1:
+        thread_dim[unmapped.pop()] = short[0]
     spans = []
     for e in gloo:
         op = e["name"][len("gloo:"):]
