@@ -116,3 +116,11 @@ def test_the_table_says_which_rank_was_killed_and_why():
     assert cli.status_words(record) == "killed r3"
     assert cli.failure_lines([record, {"strategy": "zero3", "status": "ok"}]) == [
         "ddp: killed r3: rank 3 (pipeline stage 1, tp 1) was killed by SIGKILL: likely out of memory"]
+
+
+def test_inside_a_job_the_ranks_do_not_each_decide_on_their_own(monkeypatch):
+    monkeypatch.setattr(train, "available_memory_bytes", lambda: GIB)
+    assert set(request(model="llama3.2-1b", seq_len=4096).refused) == {"ddp", "zero3"}
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert request(model="llama3.2-1b", seq_len=4096).refused == {}

@@ -233,7 +233,9 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                   steps=steps, warmup=warmup, device=device, seed=seed, lr=lr)
         for name in names)
     trace, nsys = parse_trace(trace)
-    refused = memory_refusals(cases, nproc, device) if check_memory else {}
+    # inside a torchrun/srun job the ranks are running already, and each would read the free memory at its own
+    # moment: ranks that decided differently would wait on each other for ever
+    refused = memory_refusals(cases, nproc, device) if check_memory and not launcher.in_job() else {}
     return TrainRequest(cases=cases, nproc=nproc, timeout_s=timeout_s, out=out, hsdp_note=note, trace=trace,
                         nsys=nsys, pin_cpus=pin_cpus, refused=refused)
 
