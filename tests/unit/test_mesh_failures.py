@@ -124,3 +124,11 @@ def test_inside_a_job_the_ranks_do_not_each_decide_on_their_own(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert request(model="llama3.2-1b", seq_len=4096).refused == {}
+
+
+def test_a_crash_that_left_no_message_shows_the_end_of_the_ranks_output():
+    record = {"strategy": "zero3", "status": "error", "log_tail": "a\nb\nSegmentation fault\nexit 139",
+              "error": "the ranks exited with status 1 and left no result (a crash: see log_tail)"}
+    assert cli.failure_lines([record]) == [
+        "zero3: error: the ranks exited with status 1 and left no result (a crash: see log_tail)",
+        "    b", "    Segmentation fault", "    exit 139"]

@@ -277,10 +277,17 @@ def status_words(record: dict) -> str:
     return status + (f" r{record['failed_rank']}" if record.get("failed_rank") is not None else "")
 
 
-def failure_lines(records: list[dict]) -> list[str]:
-    """Under the table, each strategy that did not finish: what happened, on which rank and stage."""
-    return [f"{r['strategy']}: {status_words(r)}: {r.get('error') or 'no error message: see log_tail in the record'}"
-            for r in records if r["status"] != "ok"]
+def failure_lines(records: list[dict], tail: int = 3) -> list[str]:
+    """Under the table, each strategy that did not finish: what happened, on which rank and stage; where the
+    ranks left no message of their own, the last lines of their output (the record's log_tail)."""
+    lines = []
+    for r in records:
+        if r["status"] == "ok":
+            continue
+        lines.append(f"{r['strategy']}: {status_words(r)}: {r.get('error') or 'no error message'}")
+        if not r.get("failed_rank") and r.get("log_tail") and "log_tail" in (r.get("error") or "log_tail"):
+            lines += [f"    {line}" for line in r["log_tail"].splitlines()[-tail:]]
+    return lines
 
 
 def prediction_table(records: list[dict]):
