@@ -290,11 +290,13 @@ class Observation:
     compile_s: float | None = None  # compiled: the first warm-up step less a timed one (compiling)
     selective_ac_option: str = "op"
     engine: str = "pytorch"  # who ran the strategy: PyTorch's wrappers or DeepSpeed's ZeRO
+    mesh: dict | None = None  # a mesh run's Case keywords (tp, pp, cp, grad_accum, pp_schedule); None: none
 
     @property
     def case(self) -> Case:
         return Case(self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric,
-                    self.activation_checkpointing, self.compile, self.selective_ac_option, self.engine)
+                    self.activation_checkpointing, self.compile, self.selective_ac_option, self.engine,
+                    **(self.mesh or {}))
 
 
 # A run whose identical timed steps differ by more than this (interquartile range / median) is not in a
@@ -334,7 +336,9 @@ def observation_from(r: dict) -> Observation:
         reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
         host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"),
         model_source=r.get("model_source"), model_spec=spec, compile=bool(r.get("compile")),
-        compile_s=first_step_excess(r) if r.get("compile") else None, engine=str(r.get("engine") or "pytorch"))
+        compile_s=first_step_excess(r) if r.get("compile") else None, engine=str(r.get("engine") or "pytorch"),
+        mesh={k: r[k] for k in ("tp", "pp", "cp", "grad_accum") if k in r} | (
+            {"pp_schedule": r["pp_schedule"]} if r.get("pp_schedule") else {}) if "tp" in r else None)
 
 
 def first_step_excess(r: dict) -> float | None:
@@ -659,7 +663,8 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
     profile = apply_encryption(profile, records, where)
     report["encryption_gbps_per_core"] = encryption_fit(records) or None
     # the PyTorch engine's runs: DeepSpeed's share the GPU work but not the host's or the copies' terms
-    obs = [o for o in observations_from(records) if o.engine == "pytorch"]
+    # mesh runs are compared (the report's runs_detail, validate), not fitted: the parameters are the DP step's
+    obs = [o for o in observations_from(records) if o.engine == "pytorch" and not o.case.has_mesh]
     predict_one = predictor(topo, model_loader)
     profile, host_runs = fit_host(profile, obs, predict_one, None, where)
     # a run the host dominates says little about the GPU's rates: the host term describes it

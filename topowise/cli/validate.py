@@ -195,6 +195,8 @@ def render(result, where: str, device: str) -> None:
                       f"{fabric_label(grp['fabric'], device)}: predicted "
                       f"first {g['predicted_first']}, measured fastest {g['measured_fastest']} "
                       f"({100 * g['slower_by']:.1f}% slower) {mark}")
+    for line in dimension_lines(result.rows, s):
+        console.print(line, highlight=False, markup=False)
     for u in s.get("unsteady", []):
         console.print(f"[yellow]unsteady: {run_words(u['case'], device)} (timed steps spread "
                       f"{100 * u['step_spread']:.1f}%, not a steady step; error {signed_pct(u['step_error'])})[/]")
@@ -213,3 +215,22 @@ def render(result, where: str, device: str) -> None:
                   + (f" (re-evaluate with --measured {result.measured_path})" if result.elapsed_s is not None else ""))
     if result.elapsed_s is not None:
         console.print(f"validation took {result.elapsed_s:.0f} s")
+
+
+def dimension_lines(rows, summary: dict) -> list[str]:
+    """Mesh runs under the profiler: exposed communication per mesh dimension, ms, predicted vs measured, a row
+    per case and dimension, then each dimension's mean error (calibrate/dims.py says what each side counts)."""
+    if not summary.get("by_dimension"):
+        return []
+    lines = ["exposed communication by mesh dimension (traced mesh runs), ms:",
+             f"  {'case':<40}{'dim':>13}{'pred':>9}{'meas':>9}{'error':>9}"]
+    for r in rows:
+        for dim, p in r.by_dim.items():
+            error = "-" if p["error"] is None else f"{100 * p['error']:+.1f}%"
+            lines.append(f"  {r.case.words(fabric=False)[:40]:<40}{dim:>13}{1e3 * p['predicted']:9.2f}"
+                         f"{1e3 * p['measured']:9.2f}{error:>9}")
+    for dim, d in summary["by_dimension"].items():
+        mean = "-" if d["mean_abs_error"] is None else f"{100 * d['mean_abs_error']:.1f}%"
+        worst = "-" if d["max_abs_error"] is None else f"{100 * d['max_abs_error']:.1f}%"
+        lines.append(f"  {dim}: {d['cases']} case{'s' if d['cases'] != 1 else ''}, mean abs error {mean}, max {worst}")
+    return lines
