@@ -4,6 +4,7 @@
     python benchmarks/published.py --source llm_foundry_mpt --json
     python benchmarks/published.py --record        # write each row's error into its data file as "expected"
     python benchmarks/published.py --fitted        # which published rows each default-profile constant came from
+    python benchmarks/published.py --markdown      # every row as a markdown table (docs/accuracy.md)
 
 Each file of tests/data/published/ is one source: where it was read (URL, commit, table), the configuration of
 every row as the run had it (model, GPUs, GPU variant with memory and power, nodes, network, strategy, micro and
@@ -68,6 +69,9 @@ class Outcome:
     status: str
     reason: str  # why set apart; for a compared row, what differs from the run and how it was priced
     expected: dict | None  # what the data file records: {"status", "error"}
+    # peak memory where the source publishes it (torchtitan: the maximum over GPUs), GiB; not in the error
+    published_memory_gib: float | None = None
+    predicted_memory_gib: float | None = None
 
     @property
     def compared(self) -> bool:
@@ -127,8 +131,12 @@ def run_of(row: dict, tmp: Path) -> tuple[Run, list[str]]:
     """The Run as the row ran, and the notes on what is priced otherwise than it ran."""
     notes = []
     checkpointing = row.get("checkpointing", "none")
-    if checkpointing == "selective-attention":  # Megatron's selective: only the attention core recomputed
-        checkpointing = "none"
+    if checkpointing == "selective-attention":
+        # Megatron's selective recompute (only the attention core) priced as topowise's selective: its memory is
+        # Korthikanti's (the score terms dropped; docs/parallelism.md), its time adds the per-op recompute of
+        # the out and up projections, which Megatron does not do
+        checkpointing = "selective"
+        notes.append("selective recompute priced with the out and up projections recomputed too")
     kwargs = {"model": model_of(row, tmp), "gpus": tuple(range(row["gpus"])), "strategy": row["strategy"],
               "micro_batch": row["micro_batch"], "seq_len": row["seq_len"], "compile": row.get("compile", False),
               "checkpointing": checkpointing, "tp": row.get("tp", 1), "pp": row.get("pp", 1), "cp": row.get("cp", 1),
@@ -188,7 +196,7 @@ def predict_row(source: str, figure: str, row: dict) -> Outcome:
     """One row through the cost model; set apart, with the reason, where it cannot be expressed or does not fit."""
     base = {"source": source, "id": row["id"], "gpu": row["gpu"], "gpus": row["gpus"], "config": config_text(row),
             "unit": row["published"]["unit"], "published": float(row["published"]["value"]),
-            "expected": row.get("expected")}
+            "expected": row.get("expected"), "published_memory_gib": row.get("published_memory_gib")}
     needs = not_expressible(row)
     if needs:
         return Outcome(**base, predicted=None, error=None, status="set apart", reason="; ".join(needs))
@@ -220,6 +228,7 @@ def predict_row(source: str, figure: str, row: dict) -> Outcome:
     else:
         raise ValueError(f"unknown figure {figure!r}")
     error = predicted / base["published"] - 1
+    base["predicted_memory_gib"] = pred.peak_memory_bytes / GIB
     if not pred.fits:
         peak = pred.peak_memory_bytes / GIB
         why = f"predicted not to fit ({peak:.1f} GiB peak) though it ran"
@@ -290,6 +299,9 @@ def render(outcomes: list[Outcome]) -> str:
             pred = f"{o.predicted:>10.4g}" if o.predicted is not None else f"{'-':>10}"
             err = f"{o.error:>+7.1%}" if o.error is not None else f"{'-':>7}"
             note = o.reason if o.compared else f"SET APART: {o.reason}"
+            if o.published_memory_gib and o.predicted_memory_gib:
+                note = (f"memory {o.predicted_memory_gib:.1f} GiB predicted, {o.published_memory_gib} published"
+                        + (f"; {note}" if note else ""))
             lines.append(f"  {o.id:<44} {o.published:>10.4g} {pred} {err}  {o.unit:<24} {note}")
         s = summary(rows)
         lines.append(f"  {source}: {s['compared']} compared, {s['set_apart']} set apart"
@@ -302,11 +314,22 @@ def render(outcomes: list[Outcome]) -> str:
     return "\n".join(lines[1:])
 
 
+def markdown(outcomes: list[Outcome]) -> str:
+    """Every row as a markdown table: source, row, configuration, published, predicted, error or why set apart."""
+    lines = ["| source | row | configuration | published | predicted | error |", "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        pred = f"{o.predicted:.4g}" if o.predicted is not None else "-"
+        err = f"{o.error:+.1%}" if o.compared else f"set apart: {o.reason}"
+        lines.append(f"| {o.source} | {o.id} | {o.config} | {o.published:.4g} {o.unit} | {pred} | {err} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", help="one data file's stem (default: every file in tests/data/published/)")
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
     parser.add_argument("--record", action="store_true", help="write each row's status and error as expected")
+    parser.add_argument("--markdown", action="store_true", help="print the rows as a markdown table")
     parser.add_argument("--fitted", action="store_true", help="print the default-profile constants fitted to "
                         "published figures and what they cite")
     args = parser.parse_args(argv)
@@ -325,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = predict_all()
     if args.record:
         record(outcomes)
-    if args.json:
+    if args.markdown:
+        print(markdown(outcomes))
+    elif args.json:
         print(json.dumps({"rows": [o.to_dict() for o in outcomes], "summary": summary(outcomes)}, indent=1))
     else:
         print(render(outcomes))
