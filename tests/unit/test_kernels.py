@@ -112,8 +112,16 @@ def test_unfused_attention_costs_time_and_memory():
     unfused = predict(run_of("llama3.2-1b", gpus=2, attention="unfused"), H100)
     assert unfused.step_time_s > flash.step_time_s
     assert unfused.memory.activations_bytes > flash.memory.activations_bytes
-    with pytest.raises(UsageError, match="per-op selective"):
-        predict(run_of("llama3.2-1b", gpus=2, attention="unfused", checkpointing="selective"), H100)
+
+
+
+def test_selective_checkpointing_reruns_the_unfused_attention_core():
+    """Megatron's selective recompute: the scores are not kept, the attention core runs again in the backward."""
+    kept = predict(run_of("llama3.2-1b", gpus=2, attention="unfused"), H100)
+    rerun = predict(run_of("llama3.2-1b", gpus=2, attention="unfused", checkpointing="selective"), H100)
+    flash = predict(run_of("llama3.2-1b", gpus=2, checkpointing="selective"), H100)
+    assert rerun.memory.activations_bytes < kept.memory.activations_bytes
+    assert rerun.step_time_s > max(kept.step_time_s, flash.step_time_s)
 
 
 def test_unfused_attention_grows_with_the_square_of_the_sequence():

@@ -129,10 +129,3 @@ def loss_bytes_per_logit(loss: str, plain_forward: float, plain_total: float) ->
 def unfused_score_elements_per_token(model: ModelSpec, seq_len: int) -> float:
     """Attention score elements per token in one step's forward, every layer: heads x keys (the full square)."""
     return float(model.num_layers * model.num_heads * seq_len)
-
-
-def check_attention(run) -> None:
-    """Unfused attention with per-op selective checkpointing: which score tensors the policy keeps is not modelled."""
-    if run.attention == "unfused" and run.per_op_checkpointing:
-        raise UsageError("--attention unfused with per-op selective checkpointing is not modelled: give "
-                         "--checkpointing none or full, or --selective-ac-option k (every k-th block)")

@@ -23,7 +23,6 @@ from topowise.costmodel.comm import block_tensors, root_params
 from topowise.costmodel.flops import flops_params
 from topowise.costmodel.kernels import (
     SCORE_SAVED_BYTES,
-    check_attention,
     fp8_linear_params,
     loss_memory_bytes,
     unfused_score_elements_per_token,
@@ -247,7 +246,6 @@ def score_bytes_per_token(run: Run) -> float:
     heads x sequence of them); 0 with flash attention."""
     if run.attention != "unfused":
         return 0.0
-    check_attention(run)
     return SCORE_SAVED_BYTES * unfused_score_elements_per_token(run.model, run.seq_len) / run.model.num_layers
 
 

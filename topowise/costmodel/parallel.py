@@ -50,7 +50,6 @@ from topowise.costmodel.kernels import (
     SCORE_FORWARD_BYTES,
     SCORE_SAVED_BYTES,
     all_gather_bytes_per_param,
-    check_attention,
     fp8_linear_params,
     fp8_weight_cast_bytes,
     loss_chunk_tokens,
@@ -159,7 +158,6 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     cast_f, cast_b = fp8_block_cast_bytes(run, tokens)
     elem_f, elem_b = elem_f + cast_f / hbm, elem_b + cast_b / hbm
     if run.attention == "unfused":  # the score GEMMs at the GEMM rate, the scores through HBM (kernels.py)
-        check_attention(run)
         share_f, share_b = attention_shares(run)
         scores = tokens * model.num_heads // run.tp * run.seq_len
         attn_f = share_f * attention / rate + SCORE_FORWARD_BYTES * scores / hbm
@@ -190,6 +188,8 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     if run.per_op_checkpointing:
         rerun = ("out",) if model.family == "gpt2" else ("out", "up")
         dx += sum(linears[n][0] for n in rerun) + elem_f
+        if run.attention == "unfused":  # the attention core keeps no scores: rerun (Megatron's selective recompute)
+            dx += attn_f
         rerun_comm, rerun_elem = 0.0, elem_f
     else:
         share = rerun_block_share(run)
@@ -312,7 +312,7 @@ def activation_bytes_per_layer(run: Run) -> float:
     model, recompute = run.model, recompute_words(run)
     sp = run.sequence_parallel and run.tp > 1
     scores = 0.0
-    if run.attention == "unfused" and recompute != "full":  # Korthikanti et al.'s 5 a s^2 b / t (kernels.py)
+    if run.attention == "unfused" and recompute == "none":  # Korthikanti et al.'s 5 a s^2 b / t (kernels.py)
         scores = SCORE_SAVED_BYTES * run.micro_batch * run.seq_len // run.cp * model.num_heads / run.tp * run.seq_len
     if model.family == "gpt2":
         return scores + gpt_activation_terms(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,

@@ -38,7 +38,6 @@ from topowise.costmodel.host_ops import extra_ops, optimizer_scale, per_op_s
 from topowise.costmodel.kernels import (
     SCORE_BACKWARD_BYTES,
     SCORE_FORWARD_BYTES,
-    check_attention,
     fp8_activation_cast_bytes_per_token,
     fp8_peak_flops,
     fp8_weight_cast_bytes,
@@ -149,7 +148,8 @@ def recompute_flops_per_token(run: Run) -> float:
     model = run.model
     if run.per_op_checkpointing:
         up = 0 if model.family == "gpt2" else model.hidden_size * model.intermediate_size
-        return 2.0 * model.num_layers * (model.num_heads * model.head_dim * model.hidden_size + up)
+        return 2.0 * model.num_layers * (model.num_heads * model.head_dim * model.hidden_size + up) \
+            + recompute_attention_flops_per_token(run)
     block = 2.0 * model.layer_params + attention_shares(run)[0] * attention_flops_per_token(model, run.seq_len) \
         / model.num_layers
     return checkpointed_blocks(run) * block
@@ -168,7 +168,6 @@ def unfused_score_bytes(run: Run) -> tuple[float, float]:
     and the forwards checkpointing reruns (kernels.SCORE_FORWARD_BYTES, SCORE_BACKWARD_BYTES)."""
     if run.attention != "unfused":
         return 0.0, 0.0
-    check_attention(run)
     scores = unfused_score_elements_per_token(run.model, run.seq_len) * run.tokens
     forward = SCORE_FORWARD_BYTES * scores
     return forward, forward * (1 + rerun_share(run)) + SCORE_BACKWARD_BYTES * scores
@@ -212,10 +211,11 @@ def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
 
 
 def recompute_attention_flops_per_token(run: Run) -> float:
-    """Of recompute_flops_per_token, the attention's: a causal flash forward per block recomputed whole
-    (per-op selective keeps the attention's output: nothing)."""
+    """Of recompute_flops_per_token, the attention's: its forward per block recomputed whole; per-op selective
+    keeps a flash attention's output (nothing), and reruns an unfused attention's core, which keeps no scores."""
     if run.per_op_checkpointing:
-        return 0.0
+        return attention_shares(run)[0] * attention_flops_per_token(run.model, run.seq_len) \
+            if run.attention == "unfused" else 0.0
     return checkpointed_blocks(run) * attention_shares(run)[0] * attention_flops_per_token(run.model, run.seq_len) \
         / run.model.num_layers
 
