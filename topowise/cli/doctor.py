@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--snapshot", metavar="FILE", help="run the checks on a saved snapshot instead of this machine")
     source.add_argument("--save-snapshot", metavar="FILE",
                         help="also write everything read (NVML fields, sysfs values, environment) to FILE")
+    parser.add_argument("--measure", action="store_true",
+                        help="also measure the GPU-pair copy matrix and an all-reduce over this node's GPUs against "
+                             "what the cost model expects (seconds; skipped without a GPU)")
     parser.add_argument("--json", action="store_true", help="print JSON: status, checks[{name, status, ...}]")
 
 
@@ -24,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from topowise.doctor import checks as doctor_checks
     from topowise.doctor import read, snapshot
 
+    if args.snapshot and args.measure:
+        raise UsageError("--measure measures this machine; a --snapshot holds no measurement: drop one of them")
     if args.snapshot:
         snap = snapshot.load(args.snapshot)
     else:
@@ -31,6 +36,10 @@ def run(args: argparse.Namespace) -> int:
         if args.save_snapshot:
             _write(Path(args.save_snapshot), snap.to_json() + "\n")
     found = doctor_checks.run_checks(snap)
+    if args.measure:
+        from topowise.doctor.measure import measure_node
+
+        found += measure_node(snap)
     status = doctor_checks.worst(found)
     if args.json:
         print(json.dumps({"host": snap.host, "taken_at": snap.taken_at, "status": status,
