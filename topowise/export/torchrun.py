@@ -42,7 +42,7 @@ def launch_config(plan: LaunchPlan, command,
     if plan.num_nodes > 1:
         raise UsageError(f"the plan spans {plan.num_nodes} nodes: start it on every node with "
                          "`topowise plan ... --export torchrun` (one command per node) or `--export slurm`")
-    env = dict(plan.env)
+    env = {**plan.env, **plan.settings_env}
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun sets 1 with a warning anyway; say it here
     return torchrun_argv(plan, command, torchrun), env
 
@@ -53,14 +53,22 @@ def shell_line(argv: list[str], env: dict[str, str]) -> str:
     return " ".join(assignments + [shlex.join(argv)])
 
 
+def settings_note(plan: LaunchPlan) -> str:
+    """The comment that says how the training script reads the TOPOWISE_* variables."""
+    saved = "" if plan.plan_path else "; `plan --save-plan FILE` adds TOPOWISE_PLAN=FILE (the whole plan)"
+    return f"the script reads TOPOWISE_* with topowise.export.read_plan() (docs/launch.md){saved}"
+
+
 def torchrun_script(plan: LaunchPlan, command=("train.py",)) -> str:
     if plan.num_nodes > 1:
-        env = dict(plan.env, OMP_NUM_THREADS="1")
+        env = {**plan.env, **plan.settings_env, "OMP_NUM_THREADS": "1"}
         return multinode.torchrun_per_node(plan.num_nodes, plan.nproc_per_node, script_args(command), env,
                                            plan.summary(), plan.warnings,
-                                           multinode.network_notes(plan.network, env) + plan.nccl_notes)
+                                           multinode.network_notes(plan.network, env) + plan.nccl_notes
+                                           + [settings_note(plan)])
     argv, env = launch_config(plan, command)
     lines = [f"# topowise plan: {plan.summary()}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
+    lines.append(f"# {settings_note(plan)}")
     lines.append(shell_line(argv, env))
     return "\n".join(lines) + "\n"
