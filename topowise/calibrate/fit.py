@@ -680,6 +680,19 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
     return profile, report
 
 
+# A fit that misses its own runs by more than a quarter, root mean square, does not describe this machine
+# (GPU fits miss theirs by 1-3%, docs/accuracy.md): calibrate does not cache it as the machine's profile.
+POOR_FIT_RMS = 0.25
+
+
+def poor_fits(report: dict) -> list[str]:
+    """The fits of a fit_profile report ("step-time", "memory") that miss their own runs by more than
+    POOR_FIT_RMS, root mean square."""
+    return [what for what, key in (("step-time", "step_time"), ("memory", "memory"))
+            if (fit := report.get(key) or {}).get("observations") and fit.get("rms_error") is not None
+            and fit["rms_error"] > POOR_FIT_RMS]
+
+
 def human_bytes(nbytes: float) -> str:
     for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if nbytes >= size:

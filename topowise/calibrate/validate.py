@@ -181,10 +181,10 @@ class Validation:
 def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot: str | None,
              make_plot: bool = True, measured: str | None = None, timeout_s: float = 600.0,
              progress: Callable[[str], None] | None = None, topology=None, plan: Plan | None = None,
-             design: bool = False, compile: bool = False) -> Validation:
+             design: bool = False, compile: bool = False, overwrite: bool = False) -> Validation:
     """Measure the validation cases (or read `measured`, a train JSONL), predict each, compare. `design`: the
     designed validation (calibrate/design.py; its configs written into the records folder), `compile` with
-    compiled twins."""
+    compiled twins; `overwrite`: an earlier run's records in the folder are deleted first."""
     started = time.monotonic()
     out_path = Path(out) if out else None
     problems: list[str] = []
@@ -205,8 +205,12 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
         topo = topology or live_topology(device, nproc)
         folder = (out_path.with_name(out_path.stem + "-records") if out_path else Path("topowise-validation-records"))
         if (folder / RECORD_FILES["train"]).exists():
-            raise UsageError(f"{folder} already holds measurements: re-evaluate them with --measured "
-                             f"{folder / RECORD_FILES['train']}, or choose another --out")
+            if not overwrite:
+                raise UsageError(f"{folder} already holds measurements: --measured {folder / RECORD_FILES['train']} "
+                                 "compares them again without measuring, --overwrite deletes them and measures "
+                                 "again, or choose another --out")
+            for name in (*RECORD_FILES.values(), META_FILE):  # appended one record at a time: start empty
+                (folder / name).unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         if plan is None and design and device == "cuda":
             from topowise.calibrate.design import designed_validation_plan

@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--design", action="store_true",
                         help="the designed validation: 33 cases (41 with --compile) of shapes the designed "
                              "calibration never runs, micro-batches 1-8, both fabrics (calibrate/design.py)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="measure again into a records folder that already holds measurements (they are deleted)")
     parser.add_argument("--json", action="store_true", help="print the cases and the summary as JSON")
 
 
@@ -77,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compile and (args.measured or device != "cuda"):
         raise UsageError("--compile adds compiled GPU cases to what validate measures: it applies on a GPU machine, "
                          "not with --measured (whose records say whether they were compiled) or --device cpu")
+    if args.overwrite and args.measured:
+        raise UsageError("--overwrite measures again over an earlier run's records; --measured measures nothing")
     if args.design and (args.measured or device != "cuda"):
         raise UsageError("--design chooses the GPU cases validate measures: it applies on a GPU machine, not with "
                          "--measured (the records are the cases) or --device cpu")
@@ -100,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda line: print(line, flush=True))
     result = validate(profile=profile, device=device, nproc=nproc, out=args.out, plot=args.plot,
                       make_plot=not args.no_plot, measured=args.measured, timeout_s=args.timeout,
-                      progress=progress, topology=topology, design=args.design, compile=args.compile)
+                      progress=progress, topology=topology, design=args.design, compile=args.compile,
+                      overwrite=args.overwrite)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -139,7 +144,7 @@ def target_item(item: str, ok: bool, summary: dict) -> str:
     for bound in ("gpu", "host"):
         words = "GPU-bound" if bound == "gpu" else "host-bound"
         if item.startswith(words) and not summary.get("by_bound", {}).get(bound, {}).get("cases"):
-            return f"{item} [yellow]no {words} case[/]"
+            return f"{item}: [yellow]no {words} case measured[/]"
     return f"{item} {'[green]yes[/]' if ok else '[red]no[/]'}"
 
 

@@ -160,9 +160,14 @@ def memory_reason(pred: Prediction, profile: Profile | None = None) -> str:
     need, have = pred.memory.peak_bytes / GIB, pred.memory.gpu_memory_bytes / GIB
     usable = have * (1.0 - headroom)
     if headroom <= 0:
-        return f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB (over by {need - have:,.1f} GiB)"
+        return f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB (over by {_amount(need - have)})"
     return (f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB of which {usable:,.1f} GiB is usable with "
-            f"{headroom:.0%} kept free (over by {need - usable:,.1f} GiB)")
+            f"{headroom:.0%} kept free (over by {_amount(need - usable)})")
+
+
+def _amount(gib: float) -> str:
+    """An overshoot under 0.05 GiB in MiB: "over by 0.0 GiB" reads as a fit."""
+    return f"{gib:,.1f} GiB" if gib >= 0.05 else f"{gib * 1024:,.0f} MiB"
 
 
 def check_inputs(topo: Topology, num_gpus: int | None, gpus: tuple[int, ...] | None, seq_len: int,
