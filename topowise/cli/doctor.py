@@ -155,17 +155,10 @@ def _write(path: Path, text: str) -> None:
 
 
 def _render(snap, found, status: str) -> None:
-    import io
-    import sys
-
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    tty = sys.stdout.isatty()
-    buffer = io.StringIO()
-    out = Console(file=buffer, width=min(TABLE_WIDTH, Console().width) if tty else TABLE_WIDTH,
-                  force_terminal=tty, no_color=not tty, highlight=False)
+    out, flush = _console()
     out.print(Text(f"topowise doctor: {snap.host}, {snap.taken_at}"))
     table = Table(box=None, pad_edge=False, show_edge=False)
     table.add_column("check", no_wrap=True)
@@ -179,5 +172,4 @@ def _render(snap, found, status: str) -> None:
     counts = {s: sum(c.status == s for c in found) for s in STATUS_STYLE}
     out.print(f"{counts['fail']} fail, {counts['warn']} warn, {counts['ok']} ok"
               + (": exit status 1" if status == "fail" else ""))
-    # rich pads every cell to the column's width: no trailing blanks in a log or a pasted report
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+    flush()
