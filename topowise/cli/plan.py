@@ -153,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
                          "or --save-plan FILE to write the plan for `topowise launch --plan`")
     result, topo = plan_from_args(args, top=top)
     chosen = LaunchPlan.from_plan(result.best, result, topo) if result.best else None
+    if chosen is not None and args.save_plan:  # the exports name the saved plan: TOPOWISE_PLAN
+        chosen = chosen.with_path(args.save_plan)
     exported = render(args.export, chosen) if args.export and chosen else None
     notes = export_notes(args.export, chosen) if exported is not None else ()
     if (args.export or args.save_plan) and chosen is None:
