@@ -105,7 +105,8 @@ def test_make_record_fields_are_declared(tmp_path):
 
     case = make_request(model="llama3.2-1b", strategies="hsdp", device="cpu", nproc=2, steps=2, warmup=1).cases[0]
     result = {"status": "ok", "step_time_s": 0.2, "step_times_s": [0.2], "losses": [1.0], "note": "n",
-              "gpu_uuids": ["a"], "timed_window_unix_s": [1.0, 2.0], "error": None}
+              "gpu_uuids": ["a"], "timed_window_unix_s": [1.0, 2.0], "error": None, "failed_rank": 1,
+              "exit_signal": 9, "refused_before_launch": False}
     record = json.loads(json.dumps(make_record(case, result)))
     typed = TrainRecord.from_dict(record)
     assert typed.extra == {} and typed.strategy == "hsdp" and typed.to_dict() == record

@@ -225,6 +225,11 @@ class TrainRecord(Record):
     # written where the run had them
     error: str | None = None
     oom_requested_bytes: float | None = None  # bytes: a number, as a replay may compute it
+    refused_before_launch: bool | None = None  # oom without a launch: the prediction did not fit
+    failed_rank: int | None = None  # the rank that failed, and on a mesh its coordinates and stages
+    failed_mesh: dict[str, Any] | None = None
+    failed_stages: list[int] | None = None
+    exit_signal: int | None = None  # the signal that ended the failed rank
     log_tail: str | None = None
     note: str | None = None
     launch_note: str | None = None
@@ -247,6 +252,9 @@ class TrainRecord(Record):
     sequence_parallel: bool | None = None
     ranks: list[Any] | None = None
     process_groups: dict[str, Any] | None = None
+    # bench train --trace on a mesh: per rank, the exposed communication of each dimension; the pipeline bubble
+    exposed_comm_by_dim_s: dict[str, Any] | None = None
+    pipeline_bubble: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
