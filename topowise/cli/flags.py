@@ -99,3 +99,11 @@ def mesh_from_args(args: argparse.Namespace) -> dict:
     return {"tp": args.tp, "pp": args.pp, "cp": args.cp, "pp_schedule": args.pp_schedule,
             "virtual_stages": args.virtual_stages, "grad_accum": args.grad_accum,
             "sequence_parallel": args.sequence_parallel}
+
+
+def add_wide_argument(parser: argparse.ArgumentParser) -> None:
+    """--wide: every column of the tables, however wide the screen (by default a table narrower than the
+    screen drops to the columns that answer the question, or turns to one record per block)."""
+    parser.add_argument("--wide", action="store_true",
+                        help="show every column of the tables, wider than the screen if need be (default: fit the "
+                             "screen, or 80 columns when piped unless COLUMNS is set)")
