@@ -113,3 +113,74 @@ def test_nothing_fits_exits_1_with_one_line(capsys, monkeypatch):
     code, _, err = cli_output(["plan", "--model", "llama3.1-8b", "--topology", "h100-nvl-8", "--num-gpus", "2",
                                "--micro-batch", "64", "--json"], capsys)
     assert code == 1 and "--num-gpus" in err and "smaller --micro-batch" in err and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def tiny_study():
+    from topowise.models.spec import load_model
+    from topowise.report import study as st
+    from topowise.topology.presets import load_preset
+
+    return st.run_study(load_model("tiny"), [(n, load_preset(n)) for n in ("hgx-h100-8", "h100-nvl-8")], seq_len=256)
+
+
+def test_study_summary_at_80_columns(screen, capsys, tiny_study):
+    from topowise.report.render import print_summary
+
+    print_summary(tiny_study, {})
+    out = capsys.readouterr().out
+    assert_fits(out)
+    head = header_line(out, "topology", "strategy", "GPUs")
+    assert "tokens/s" in head and "peak GiB" in head
+    rows = out.split(head)[1].splitlines()[2:4]
+    assert [row.split()[0] for row in rows] == ["hgx-h100-8", "h100-nvl-8"]  # the topology names whole
+    assert "fits" in header_line(out, "strategy", "tokens/s", "peak GiB")  # the per-topology tables
+    print_summary(tiny_study, {}, wide=True)
+    assert "checkpointing" in header_line(capsys.readouterr().out, "topology", "strategy", "GPUs")
+
+
+def test_nccl_tests_compare_at_80_columns(screen, capsys):
+    from pathlib import Path
+
+    a100 = Path(__file__).parents[1] / "data" / "nccl_tests" / "a100x24-4hdr_nccl-tests-119.txt"
+    argv = ["nccl-tests", "--topology", "3x dgx-a100-8+ib-hdrx4", "-g", "24", "--compare", str(a100)]
+    code, out, _ = cli_output(argv, capsys)
+    assert code == 0
+    assert_fits(out)
+    head = header_line(out, "size (B)", "op")
+    assert head.startswith("#") and all(k in head for k in ("measured", "expected", "ratio", "verdict"))
+    assert out.split(head)[1].split()[:2] == ["127926280", "all_reduce"]
+    code, wide, _ = cli_output([*argv, "--wide"], capsys)
+    assert "algorithm" in header_line(wide, "size (B)", "op") and max(map(len, wide.splitlines())) > 80
+
+
+def write_monitor_run(folder, world: int) -> None:
+    """StepMonitor files of `world` ranks: rank 1 started step 9 250 ms late, the others waited; rank 3's GPU
+    ran slow."""
+    for rank in range(world):
+        lines = [{"kind": "start", "rank": rank, "world_size": world, "collective": "the gradient all-reduce",
+                  "predicted_step_s": 0.1}]
+        for step in range(12):
+            slow = step == 9
+            times = [0.1 if slow and r == 1 else 0.35 if slow else 0.1 for r in range(world)]
+            waits = [0.25 if slow and r != 1 else 0.0 for r in range(world)]
+            lines.append({"kind": "step", "step": step, "rank": rank, "world_size": world, "judged": step >= 3,
+                          "step_time_s": times[rank], "wait_s": waits[rank], "slowest_rank": 1 if slow else 0,
+                          "slow_by_s": 0.25 if slow else 0.0, "late_at": "start",
+                          "collective": "the gradient all-reduce", "step_times_s": times, "waits_s": waits,
+                          "spike": {"step_time": slow and rank != 1, "wait": slow and rank != 1},
+                          "sm_mhz": [1750.0] * (world - 1) + [1300.0], "clock_reasons": [0x4] * (world - 1) + [0x24]})
+        (folder / f"monitor.rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_monitor_summarize_at_80_columns(screen, capsys, tmp_path):
+    write_monitor_run(tmp_path, world=4)
+    code, out, _ = cli_output(["monitor", "summarize", str(tmp_path), "--no-plot"], capsys)
+    assert code == 0
+    assert_fits(out)
+    ranks = header_line(out, "rank", "steps", "step ms")
+    assert all(k in ranks for k in ("spike steps", "all ms", "MHz"))  # the headers' second lines
+    steps = header_line(out, "step", "rank", "late at")
+    assert out.split(steps)[1].splitlines()[2].split()[:2] == ["9", "1"]  # step 9's slow rank
+    code, wide, _ = cli_output(["monitor", "summarize", str(tmp_path), "--no-plot", "--wide"], capsys)
+    assert "rank 3" in wide and max(map(len, wide.splitlines())) > 80
