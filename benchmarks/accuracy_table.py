@@ -3,6 +3,10 @@
     python benchmarks/accuracy_table.py              # the markdown table
     python benchmarks/accuracy_table.py --commands   # and the `topowise validate` command of each row
 
+Below it, the table of published runs (tests/data/published/, not measured here): each source's rows predicted
+by `python benchmarks/published.py`, the rows compared and set apart, and the mean and worst |error| of the
+compared ones (predicted / published - 1 of the figure as published).
+
 Each row replays measured training runs through today's cost model, as `topowise validate --measured FILE`
 does (calibrate.validate.compare and summarize). The 2x H200 records of 2026-11-30 were measured with an
 earlier bench transformer (fused gate/up, repeated k/v, per-block rotary tables): they are replayed with
@@ -116,6 +120,39 @@ def command(row: Row) -> str:
             f"{topology} --no-plot")
 
 
+PUBLISHED_HEADER = ("| published runs | hardware | rows compared (set apart) | error: mean / worst | signed range "
+                    "| command |")
+def published_rows() -> list[str]:
+    """One markdown row per published source and one for all of them (benchmarks/published.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import published
+
+    outcomes = published.predict_all()
+    lines = []
+    for source, gpu in dict.fromkeys((o.source, o.gpu) for o in outcomes):
+        rows = [o for o in outcomes if (o.source, o.gpu) == (source, gpu)]
+        title = json.loads((published.DATA / f"{source}.json").read_text())["source"]["short"]
+        sizes = sorted({o.gpus for o in rows})
+        counts = "/".join(map(str, sizes)) if len(sizes) <= 2 else f"{sizes[0]}-{sizes[-1]}"
+        lines.append(published_row(title, f"{counts}x {gpu}", rows,
+                                   f"python benchmarks/published.py --source {source}"))
+    for family in ("A100", "H100"):  # the H100 rows apart: their error is not the A100 rows' (docs/accuracy.md)
+        rows = [o for o in outcomes if o.gpu.startswith(family)]
+        lines.append(published_row(f"all {family} rows above", family, rows, "python benchmarks/published.py"))
+    lines.append(published_row("all of the above", "-", outcomes, "python benchmarks/published.py"))
+    return lines
+
+
+def published_row(what: str, hardware: str, rows: list, command: str) -> str:
+    import published
+
+    s = published.summary(rows)
+    compared = [o.error for o in rows if o.compared]
+    error = f"{100 * s['mean_abs_error']:.1f}% / {100 * s['worst_abs_error']:.1f}%" if compared else "-"
+    signed = f"{100 * min(compared):+.1f}% .. {100 * max(compared):+.1f}%" if compared else "-"
+    return f"| {what} | {hardware} | {s['compared']} ({s['set_apart']}) | {error} | {signed} | `{command}` |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commands", action="store_true", help="also print each row's command")
@@ -124,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for row in ROWS:
         print(table_row(row, replay(row)))
+    print()
+    print(PUBLISHED_HEADER)
+    print("|---|---|---|---|---|---|")
+    for line in published_rows():
+        print(line)
     if args.commands:
         print()
         for row in ROWS:

@@ -12,10 +12,11 @@ InfiniBand ("N x dgx-a100-8+ib-hdr"). Achieved TFLOP/s per GPU is the paper's eq
 iteration time, as the paper computes it from the measured one. The default profile (calibrated on H200) is
 used as it is: no term is fitted to these rows.
 
-Two predictions per row: topowise's (flash attention, as every engine it models runs today), and the same plus
-the term the 2021 runs paid and flash attention removed: Megatron's attention then materialized the a x s x s
-scores of every head (baddbmm, FusedScaleMaskSoftmax, dropout, bmm with V) and moved them through HBM
-(`unfused_attention_bytes`), forward twice (full recomputation) and backward once.
+Two predictions per row: with flash attention (`--attention flash`, as every engine runs it today), and with the
+attention the 2021 runs had (`--attention unfused`, Run.attention; costmodel/kernels.py): Megatron's attention then
+materialized the a x s x s scores of every head (baddbmm, FusedScaleMaskSoftmax, dropout, bmm with V), its score
+GEMMs over the full square at the GEMM rate and the scores through HBM, forward twice (full recomputation) and
+backward once.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from topowise import hardware  # noqa: E402
 from topowise.costmodel.predict import predict  # noqa: E402
 from topowise.costmodel.profile import default_profile  # noqa: E402
 from topowise.models.spec import ModelSpec  # noqa: E402
@@ -50,21 +50,6 @@ def eq3_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> flo
     """FLOPs of one iteration with activation recomputation (SC'21 eq. 3)."""
     return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
-
-# HBM bytes per attention-score element of Megatron's 2021 unfused attention, fp16 (2 bytes; the dropout mask 1):
-# forward: QK^T writes 2, the fused scale-mask-softmax reads 2 and writes 2, dropout reads 2, writes 2 and its
-# mask 1, the bmm with V reads 2 (13); backward: the bmm writes the probabilities' gradient 2, dropout's backward
-# reads 2 + the mask 1 and writes 2, softmax's backward reads 2 + 2 and writes 2, the two QK^T gradient bmms read
-# 2 each (17). Megatron-LM megatron/model/transformer.py (CoreAttention) and fused_softmax.py, 2021.
-SCORE_FORWARD_BYTES, SCORE_BACKWARD_BYTES = 13, 17
-
-
-def unfused_attention_bytes(run: Run) -> float:
-    """HBM bytes the busiest rank's materialized attention scores move in one iteration: a / t heads x s^2 x b per
-    layer and micro-batch, the forward twice (full recomputation) and the backward once."""
-    layers = max(run.layer_split.layers_on_rank(r) for r in range(run.pp))
-    per_layer = run.model.num_heads / run.tp * run.seq_len**2 * run.micro_batch
-    return per_layer * layers * run.grad_accum * (2 * SCORE_FORWARD_BYTES + SCORE_BACKWARD_BYTES)
 
 
 def ddp_of(row: dict) -> str:
@@ -103,9 +88,8 @@ def main(argv=None) -> int:
         flops = eq3_flops(row["global_batch"], common["seq"], row["layers"], row["hidden"], common["vocab"])
         tflops = flops / pred.step_time_s / row["gpus"] / 1e12
         published = row["achieved_tflops_per_gpu"]
-        hbm = hardware.hbm_bytes_per_s(load_topology(topology).gpu_spec.name) * profile.hbm_efficiency
-        unfused_s = pred.step_time_s + unfused_attention_bytes(run) / hbm
-        tflops_2021 = flops / unfused_s / row["gpus"] / 1e12
+        unfused = predict(replace(run, attention="unfused"), load_topology(topology), profile)
+        tflops_2021 = flops / unfused.step_time_s / row["gpus"] / 1e12
         rows.append({"params_billion": row["params_billion"], "gpus": row["gpus"], "t": row["t"], "p": row["p"],
                      "d": row["d"], "ddp": ddp_of(row), "micro_batch": run.micro_batch, "grad_accum": run.grad_accum,
                      "schedule": run.pp_schedule, "virtual_stages": run.virtual_stages,

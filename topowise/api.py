@@ -212,22 +212,27 @@ def predict(run: Run, topology: Wiring | str, profile: Profile | str | Path | No
 def plan(model: ModelSpec | str, topology: Wiring | str, *, num_gpus: int | None = None,
          gpus: Sequence[int] | None = None, micro_batch: int | None = None, seq_len: int = 4096, top: int = 5,
          profile: Profile | str | Path | None = None, fabric: str = "nvlink", engine: str = "pytorch",
-         compile: bool = False) -> PlanResult:
+         compile: bool = False, precision: str = "bf16", fp8_recipe: str = "tensorwise", loss: str = "plain",
+         attention: str = "flash") -> PlanResult:
     """Rank every strategy and GPU placement for `model` on `topology`, as `topowise plan` does with the same
     flags: num_gpus (default: each island size and the node), gpus (exactly these), micro_batch (default:
-    1, 2, 4, 8 tried), compile (eager and compiled planned together)."""
+    1, 2, 4, 8 tried), compile (eager and compiled planned together); precision, fp8_recipe, loss, attention: Run's
+    kernel settings for every candidate (--precision, --fp8-recipe, --loss, --attention)."""
     from topowise.errors import UsageError
     from topowise.planner.search import plan as plan_runs
+    from topowise.run import KERNEL_DEFAULTS
 
     spec = load_model(model) if isinstance(model, str) else model
     wiring = load_topology(topology) if isinstance(topology, str) else topology
+    kernels = {"precision": precision, "fp8_recipe": fp8_recipe, "loss": loss, "attention": attention}
     if num_gpus is not None and num_gpus > wiring.num_gpus:
         raise UsageError(f"num_gpus {num_gpus} is more than topology {wiring.name!r} has ({wiring.num_gpus} GPUs)")
     # the planner takes any Wiring (a Cluster too); its signature names Topology
     result = plan_runs(spec, cast("Topology", wiring), num_gpus=num_gpus, gpus=None if gpus is None else tuple(gpus),
                        micro_batches=None if micro_batch is None else (micro_batch,), seq_len=seq_len, top=top,
                        profile=_profile_for(profile, wiring), fabric=fabric, engine=engine,
-                       compile_choices=(False, True) if compile else (False,))
+                       compile_choices=(False, True) if compile else (False,),
+                       kernels=None if kernels == KERNEL_DEFAULTS else kernels)
     return PlanResult(detail=result)
 
 

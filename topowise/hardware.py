@@ -29,6 +29,30 @@ class GpuSpec:
     nvlink_gbps: float = 0.0  # datasheet NVLink per GPU, GB/s per direction (half the bidirectional figure); 0: none
     power_limit_w: float = 0.0  # the limit the GPU runs under, W (--power-limit); 0: the rated tdp_w
     rated_bf16_dense_flops: float = 0.0  # the datasheet peak when a power limit lowered bf16_dense_flops; 0: the same
+    # datasheet fp8 tensor-core peak, dense (half the sparse figure), FLOP/s; 0: the part has no fp8 (Ampere, Volta)
+    fp8_dense_flops: float = 0.0
+    rated_fp8_dense_flops: float = 0.0  # as rated_bf16_dense_flops, for fp8
+
+
+# Dense fp8 peaks, FLOP/s: the datasheet's fp8 tensor figure "with sparsity" halved (docs/sources.md, "GPU catalogue",
+# fp8 rows); parts left out have no fp8 tensor cores (A100, A100 40GB, RTX A6000, V100).
+FP8_DENSE_FLOPS: dict[str, float] = {
+    "H200": 1979e12,  # NVIDIA H200 datasheet: FP8 3,958 TFLOPS with sparsity
+    "H200 NVL": 1671e12,  # NVIDIA H200 NVL product text: FP8 3,341 TFLOPS with sparsity (verify)
+    "H100": 1979e12,  # NVIDIA H100 SXM datasheet: FP8 3,958 TFLOPS with sparsity
+    "H100 NVL": 1671e12,  # NVIDIA H100 NVL product text: FP8 3,341 TFLOPS with sparsity (verify)
+    "H100 PCIe": 1513e12,  # NVIDIA H100 PCIe datasheet: FP8 3,026 TFLOPS with sparsity
+    "H100 96GB": 1979e12,  # GH100 SXM at 700 W rated, as H100 SXM (verify)
+    "H800": 1979e12,  # NVIDIA H800 SXM datasheet: FP8 as H100 SXM, 3,958 with sparsity (verify)
+    "H20": 296e12,  # NVIDIA H20 product brief as quoted: FP8 296 TFLOPS dense (verify)
+    "L40S": 733e12,  # NVIDIA L40S datasheet: FP8 1,466 TFLOPS with sparsity
+    "L4": 242.5e12,  # NVIDIA L4 datasheet: FP8 485 TFLOPS with sparsity
+    "RTX 4090": 330e12,  # NVIDIA Ada whitepaper: FP8 330.3 TFLOPS dense with fp32 accumulate (verify)
+    "B200": 4500e12,  # NVIDIA HGX B200: 72 PFLOPS fp8 with sparsity for 8 GPUs (pytorch/ao roofline_utils: 4.5e15)
+    "B300": 4500e12,  # NVIDIA HGX B300: 72 PFLOPS fp8 with sparsity for 8 GPUs (verify)
+    "GB200": 5000e12,  # NVIDIA GB200 NVL72: 720 PFLOPS fp8 with sparsity for 72 GPUs (verify)
+    "GB300": 5000e12,  # NVIDIA GB300 NVL72: 720 PFLOPS fp8 with sparsity for 72 GPUs (verify)
+}
 
 
 # Matched against the name NVML / nvidia-smi reports, longest key first (see `gpu_spec`). Figures are the
@@ -97,6 +121,7 @@ GPUS: dict[str, GpuSpec] = {
                      "(2.5 dense per GPU), NVLink 5 1.8 TB/s per GPU, 1400 W (verify)", tdp_w=1400,
                      form="superchip", nvlink_gbps=900),
 }
+GPUS = {key: replace(spec, fp8_dense_flops=FP8_DENSE_FLOPS.get(key, 0.0)) for key, spec in GPUS.items()}
 # Left out, no datasheet figure found: RTX PRO 6000 Blackwell (96 GB GDDR7, 600 W, 188 SMs are published; its
 # dense bf16 tensor rate is not), so it is predicted only with a calibrated --profile.
 
@@ -324,9 +349,11 @@ def check_power_limit(spec: GpuSpec, limit_w: float, flag: str = "--power-limit"
 
 
 def at_power_limit(spec: GpuSpec, limit_w: float) -> GpuSpec:
-    """The row as run under `limit_w` watts: its bf16 rate scaled by the clock the limit allows; 0: unchanged."""
+    """The row as run under `limit_w` watts: its bf16 and fp8 rates scaled by the clock the limit allows; 0: the row."""
     if not limit_w:
         return spec
     rated = spec.rated_bf16_dense_flops or spec.bf16_dense_flops
-    return replace(spec, bf16_dense_flops=rated * clock_fraction(spec, limit_w), power_limit_w=limit_w,
-                   rated_bf16_dense_flops=rated)
+    rated_fp8 = spec.rated_fp8_dense_flops or spec.fp8_dense_flops
+    clock = clock_fraction(spec, limit_w)
+    return replace(spec, bf16_dense_flops=rated * clock, power_limit_w=limit_w, rated_bf16_dense_flops=rated,
+                   fp8_dense_flops=rated_fp8 * clock, rated_fp8_dense_flops=rated_fp8)

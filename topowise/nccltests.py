@@ -12,6 +12,16 @@ Three pure pieces, no torch:
   the rank count, the hosts (nodes) and the GPU model.
 - `compare`: each measured row beside the expected one, the sizes that fall short, and the usual
   causes that fit the shape of the shortfall (`hints`).
+- `with_settings`: the topology and profile as a run's NCCL settings leave them: `--fabric pcie`
+  (NCCL_P2P_DISABLE=1: GPU-to-GPU traffic through the host at PCIe rate) and `--nvls off`
+  (NCCL_NVLS_ENABLE=0: no NVLink SHARP inside the node, no NVLS-Tree across nodes).
+
+One GPU per node (`_one_gpu_per_node`): every byte the GPU sends to or receives from the network crosses
+its own PCIe link (GPUDirect RDMA), which NCCL's topology prices at width x speed / 80 GB/s, 48 GB/s for
+Gen5 x16 (src/graph/topo.cc, ncclTopoAddPci), however many NICs the node has; and on two nodes NCCL's
+double binary tree is two one-edge trees, each node the root of one and the leaf of the other, so it
+sends and receives the whole buffer once, not twice as a node inside a deeper tree does (the 0.5 of
+NCCL's tuner, network.py).
 
 Bus bandwidth is nccl-tests' (doc/PERFORMANCE.md): busbw = algbw x 2(n-1)/n for all-reduce,
 (n-1)/n for all-gather and reduce-scatter (size = the gathered buffer), 1 for broadcast.
@@ -84,9 +94,86 @@ def nccl_size(op: str, nbytes: int, n: int) -> tuple[int, int]:
     return count * FLOAT_BYTES, count
 
 
+# NCCL's PCIe link rate, GB/s: width x (100 Mb/s per lane of kvDictPciGen) / 80 (src/graph/topo.cc,
+# ncclTopoAddPci): x16 Gen3 8 GT/s 60 -> 12, Gen4 120 -> 24, Gen5 240 -> 48, Gen6 480 -> 96
+NCCL_PCIE_X16_GBPS = {3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
+FABRICS = ("nvlink", "pcie")
+NVLS_SETTINGS = ("on", "off")
+
+
+def with_settings(topo, profile: Profile, fabric: str = "nvlink", nvls: str | None = None):
+    """(topology, profile) as NCCL runs with the fabric and NVLS settings: `fabric` "pcie" takes NVLink away
+    (NCCL_P2P_DISABLE=1), `nvls` "off" turns NVLink SHARP off (NCCL_NVLS_ENABLE=0); "on" is NCCL's default
+    and is refused where the board has no NVLink SHARP to turn on."""
+    if fabric not in FABRICS:
+        raise UsageError(f"--fabric {fabric!r}: give nvlink or pcie")
+    if nvls is not None and nvls not in NVLS_SETTINGS:
+        raise UsageError(f"--nvls {nvls!r}: give on or off")
+    if nvls == "on" and (fabric == "pcie" or not has_nvls(topo)):
+        why = "--fabric pcie takes NVLink away" if fabric == "pcie" else (
+            f"{topo.name} has no NVLink SHARP (an NVSwitch of NVLink 4 or later: HGX H100/H200/B200, NVL72)")
+        raise UsageError(f"--nvls on: {why}; leave --nvls out or give --nvls off")
+    if fabric == "pcie":
+        topo = topo.without_nvlink()
+    if nvls == "off":
+        profile = replace(profile, nvls_enabled=False)
+    return topo, profile
+
+
+def has_nvls(topo) -> bool:
+    """Whether the node's GPUs sit on an NVSwitch that reduces (NVLink SHARP), as comm.py decides."""
+    from topowise.costmodel.comm import group_link
+
+    node = topo.node
+    gpus = tuple(range(node.num_gpus))
+    return len(gpus) > 2 and getattr(group_link(node, gpus)[1], "nvls", False)
+
+
+def _one_gpu_per_node(op: str, nbytes: float, gpus: tuple[int, ...], topo, profile: Profile,
+                      algorithm: str) -> tuple[float, str, str]:
+    """(seconds, algorithm, bound) across nodes of one GPU each: the network tier capped by the GPU's own
+    PCIe link at NCCL's rate, and a two-node tree moving the buffer once each way (module docstring)."""
+    group = network.describe_group(gpus, topo, profile)
+    link = NCCL_PCIE_X16_GBPS.get(topo.node.pcie_gen, hardware.pcie_gbps(topo.node.pcie_gen))
+    capped = group.net_gbps > link
+    group = replace(group, net_gbps=min(group.net_gbps, link))
+    bus, bound = network.bus_gbps(op, group, profile)
+    if capped and bound == "network":
+        bound = "gpu-pcie"
+    options = {}
+    for name in ("ring", "tree"):
+        for protocol in network.PROTOCOLS:
+            if name == "tree" and group.nodes == 2:
+                t = _two_node_tree_s(op, nbytes, group, protocol, bus)
+            else:
+                t = network.algorithm_time_s(op, nbytes, group, name, protocol, bus)
+            if t is not None and (name not in options or t < options[name][0]):
+                options[name] = (t, protocol)
+    chosen = min(options, key=lambda a: options[a][0]) if algorithm == "auto" else (
+        algorithm if algorithm in options else "ring")
+    time_s, protocol = options[chosen]
+    return time_s, f"{chosen}/{protocol}", bound
+
+
+def _two_node_tree_s(op: str, nbytes: float, group, protocol: str, bus: float) -> float | None:
+    """NCCL's tree all-reduce on two nodes of one GPU: two one-edge trees, each node sending and receiving the
+    buffer once, at the tree's share of the bus (tuning.cc's 0.92, LL's line factor and cap), after the tree's
+    fixed latency (network.py). Not the tuner's 0.5 x bus nor its medium-size correction: those describe a
+    node inside a deeper tree, which moves the buffer twice."""
+    latency_s = network.algorithm_time_s(op, 0, group, "tree", protocol, bus)
+    if latency_s is None:
+        return None  # tree serves all-reduce only
+    rate = bus * network.TREE_BW_FACTOR
+    if protocol == "LL":
+        rate = min(rate * network.LL_BW_FACTOR["tree"], network.LL_MAX_GBPS[2])
+    return latency_s + nbytes / (rate * 1e9)
+
+
 def _price(op: str, nbytes: float, gpus: tuple[int, ...], topo, profile: Profile,
            algorithm: str = "auto") -> tuple[float, str, str]:
     """(seconds, algorithm, bound) of one call; `algorithm` forces ring or tree across nodes (NCCL_ALGO)."""
+    if spans_nodes(topo, gpus) and min(len(v) for v in topo.per_node(gpus).values()) == 1:
+        return _one_gpu_per_node(op, nbytes, gpus, topo, profile, algorithm)
     if spans_nodes(topo, gpus):
         time_s, detail = network.collective_time_s(op, nbytes, gpus, topo, profile, algorithm=algorithm)
         return time_s, f"{detail['algorithm']}/{detail['protocol']}", detail["bound"]

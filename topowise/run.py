@@ -7,7 +7,7 @@ NVLink island suggests) is settled by `place(run, topology)`.
 
     Run(model, gpus, strategy, micro_batch, seq_len, compile, fabric, shard_group_size, engine,
         checkpointing, selective_ac_option, tp, pp, cp, ep, sequence_parallel, pp_schedule, virtual_stages,
-        grad_accum)
+        grad_accum, pp_split, precision, fp8_recipe, loss, attention)
 
 The mesh (docs/parallelism.md): tp, cp, pp and the data-parallel rest, dp = GPUs / (tp x pp x cp), which
 the strategy splits as today: ddp/zero1-3 shard over all of dp (dp_shard = dp), hsdp over its shard
@@ -15,6 +15,14 @@ group (dp_replicate = dp / shard group). `sequence_parallel` defaults to True: t
 always shards the norms' activations (SequenceParallel), it has no switch; Megatron's --sequence-parallel
 is off unless given. `grad_accum` is micro-batches per optimizer step (the pipeline's m with pp > 1).
 `ep` is reserved: refused unless 1.
+
+The kernels (docs/costmodel.md, "Precision, loss and attention kernels"): `precision` "bf16" or "fp8" (the block
+Linears' GEMMs in float8 as torchao's Float8Linear runs them under torchtitan, `fp8_recipe` "tensorwise" or
+"rowwise", torchtitan's names; the output layer, attention, norms and embeddings stay bf16); `loss` "plain" (the
+fp32 cross-entropy over the whole logits, what every prediction assumed before the flag), "chunked" (the fp32 work
+a chunk of tokens at a time) or "fused" (Liger's fused linear cross-entropy: no whole logits); `attention` "flash"
+(fused, the default) or "unfused" (the S x S scores materialised, as Megatron-LM ran in 2021). A run at the
+defaults (KERNEL_DEFAULTS) is the run it was before these settings, and its JSON leaves them out.
 
 Activation checkpointing has torchtitan's three modes (its `activation_checkpoint.mode`):
 "none"; "full", every block recomputed in the backward; "selective", with `selective_ac_option`
@@ -87,6 +95,11 @@ STEP_PHASES = ("forward", "backward", "optimizer")
 # (its JSON leaves them out, so records and plans read as they did)
 MESH_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "sequence_parallel": True, "pp_schedule": "1f1b",
                  "virtual_stages": 1, "grad_accum": 1, "pp_split": "balanced"}
+KERNEL_DEFAULTS = {"precision": "bf16", "fp8_recipe": "tensorwise", "loss": "plain", "attention": "flash"}
+PRECISIONS = ("bf16", "fp8")
+FP8_RECIPES = ("tensorwise", "rowwise")  # torchtitan's float8 recipe names (torchao Float8LinearConfig recipes)
+LOSSES = ("plain", "chunked", "fused")
+ATTENTIONS = ("flash", "unfused")
 PP_SPLITS = ("balanced", "even")  # torchtitan's split (embedding and output count as a layer each); Megatron's
 
 
@@ -199,6 +212,10 @@ class Run:
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved-1f1b)
     grad_accum: int = 1  # micro-batches per optimizer step
     pp_split: str = "balanced"  # layers over stages: "balanced" (torchtitan's default) or "even" (Megatron's)
+    precision: str = "bf16"  # the block Linears' GEMMs: bf16 | fp8
+    fp8_recipe: str = "tensorwise"  # with fp8: tensorwise | rowwise (torchtitan's float8 recipe_name)
+    loss: str = "plain"  # cross-entropy: plain (fp32 over all logits) | chunked | fused (Liger's linear + loss)
+    attention: str = "flash"  # flash (fused kernel) | unfused (S x S scores in memory)
 
     def __post_init__(self) -> None:
         # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
@@ -226,6 +243,7 @@ class Run:
         if min(self.gpus) < 0:
             raise UsageError(f"GPU list {list(self.gpus)} names GPU {min(self.gpus)}: GPUs are numbered from 0")
         self._check_mesh()
+        self._check_kernels()
         if self.shard_group_size is not None:
             if not self.spec.replicated:
                 raise UsageError(f"a shard group size applies to hsdp, not {self.strategy}")
@@ -266,6 +284,30 @@ class Run:
         if self.pp_split not in PP_SPLITS:
             raise UsageError(f"unknown layer split {self.pp_split!r}; choose one of {', '.join(PP_SPLITS)}")
         _ = self.layer_split  # refuses too few layers (or an uneven even split), with the sums
+
+    def _check_kernels(self) -> None:
+        """precision, fp8 recipe, loss and attention: known names, and modelled for this engine and model."""
+        for name, valid in (("precision", PRECISIONS), ("fp8_recipe", FP8_RECIPES), ("loss", LOSSES),
+                            ("attention", ATTENTIONS)):
+            value = str(getattr(self, name)).strip().lower()
+            if value not in valid:
+                raise UsageError(f"unknown {name.replace('_', ' ')} {getattr(self, name)!r}; choose one of "
+                                 f"{', '.join(valid)}")
+            object.__setattr__(self, name, value)
+        if self.precision != "fp8" and self.fp8_recipe != KERNEL_DEFAULTS["fp8_recipe"]:
+            raise UsageError(f"an fp8 recipe ({self.fp8_recipe}) applies to precision fp8, not {self.precision}")
+        changed = [f"{k} {getattr(self, k)}" for k, v in KERNEL_DEFAULTS.items() if getattr(self, k) != v]
+        if changed and self.engine != "pytorch":
+            raise UsageError(f"{', '.join(changed)}: modelled for --engine pytorch (torchtitan, torch), not "
+                             f"{self.engine}")
+        if changed and self.model.family == "callable":
+            raise UsageError(f"{', '.join(changed)}: a module:function model is predicted from its measured profile, "
+                             "which fixes its kernels; leave these at their defaults")
+
+    @property
+    def has_kernel_settings(self) -> bool:
+        """Any of precision, loss, attention away from KERNEL_DEFAULTS."""
+        return any(getattr(self, k) != v for k, v in KERNEL_DEFAULTS.items())
 
     @property
     def layer_split(self):
@@ -342,6 +384,9 @@ class Run:
         data = dict(asdict(self), model=self.model.to_dict(), gpus=list(self.gpus))
         if all(data[k] == v for k, v in MESH_DEFAULTS.items()):
             for k in MESH_DEFAULTS:
+                del data[k]
+        for k, v in KERNEL_DEFAULTS.items():  # each left out at its default: records and plans read as before
+            if data[k] == v:
                 del data[k]
         at = list(data).index("seq_len") + 1
         items = list(data.items())

@@ -25,8 +25,9 @@ def topowise(*args, env_extra=None, timeout=240):
 def calibrated(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cal")
     env = {"XDG_CACHE_HOME": str(tmp / "cache")}
+    # --keep-poor-fit: a busy CPU's fit can miss its own runs by more than calibrate caches unasked
     out = topowise("calibrate", "--device", "cpu", "--nproc", "2", "--out", str(tmp / "cpu.json"), "--json",
-                   env_extra=env)
+                   "--keep-poor-fit", env_extra=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "broadcast_buffers" not in out.stderr  # torch's FutureWarning, once per rank, is not ours to print
     return tmp, env, json.loads(out.stdout)

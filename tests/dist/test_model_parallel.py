@@ -110,3 +110,21 @@ def test_refused_before_launch_with_the_arithmetic():
     with pytest.raises(UsageError, match="ties its output layer"):
         train.make_request(model="llama3.2-1b", strategies="ddp", seq_len=32, device="cpu", nproc=2,
                            mesh={"pp": 2, "grad_accum": 2})
+
+
+@pytest.mark.dist
+def test_a_traced_tp2_x_pp2_run_attributes_its_exposed_communication_to_each_dimension(capsys, tmp_path):
+    """Every rank's exposed communication named by mesh dimension (gloo's worker threads learned from the probes,
+    the pipeline's sends and receives on the calling thread), and each stage's idle time beside the replay."""
+    record = bench(4, "ddp", ["--tp", "2", "--pp", "2", "--grad-accum", "2", "--trace", str(tmp_path)], capsys)
+    by_rank = record["exposed_comm_by_dim_s"]
+    assert sorted(by_rank) == ["0", "1", "2", "3"]
+    for dims in by_rank.values():
+        assert set(dims) == {"tp", "pp"}, by_rank  # nothing "unknown": every collective's group was told
+        assert all(seconds > 0 for seconds in dims.values()), by_rank
+    bubble = record["pipeline_bubble"]
+    assert (bubble["schedule"], bubble["pp"], bubble["microbatches"]) == ("1f1b", 2, 2)
+    assert [(s["stage"], s["ranks"]) for s in bubble["stages"]] == [(0, [0, 1]), (1, [2, 3])]
+    assert all(0 < s["idle_s"] < s["step_s"] and s["predicted_idle_s"] > 0 for s in bubble["stages"]), bubble
+    doc = json.loads((tmp_path / "ddp" / "breakdown.json").read_text())
+    assert doc["exposed_comm_by_dim_s"] == by_rank and doc["pipeline_bubble"] == bubble

@@ -279,7 +279,7 @@ def test_a_slow_node_is_named_alone_after_three_rounds():
 
     found = slow_nodes(_measure(pair_rounds(16, rounds=3), {11}), expected_gbps=40.0)
     assert [(s.node, s.alone) for s in found] == [(11, True)]
-    assert found[0].evidence.count("20.0 of 40.0 GB/s") == 3
+    assert found[0].evidence.count("20 of 40 GB/s") == 3
 
 
 def test_one_round_cannot_tell_the_ends_of_a_slow_pair_apart():
@@ -290,3 +290,16 @@ def test_one_round_cannot_tell_the_ends_of_a_slow_pair_apart():
     found = slow_nodes(_measure(schedule, {2}), expected_gbps=40.0)
     assert sorted((s.node, s.alone) for s in found) == sorted([(2, False), (partner, False)])
     assert slow_nodes(_measure(pair_rounds(8), set()), expected_gbps=40.0) == []
+
+
+def test_readme_shows_doctor_output_on_the_fault_it_names(capsys):
+    """Every line of the README's doctor block (but the cut) is a line of the command's output."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Before a launch: doctor"):]
+    block = section[section.index("```\n") + 4:section.index("\n```", section.index("```\n") + 4)]
+    command = re.search(r"`topowise (doctor --snapshot \S+)`", section).group(1).split()
+    command[-1] = str(Path(__file__).parents[2] / command[-1])  # wherever pytest runs from
+    assert main(command) == 1
+    out = capsys.readouterr().out.splitlines()
+    shown = [line for line in block.splitlines() if line != "..."]
+    assert shown and all(line in out for line in shown), [line for line in shown if line not in out]

@@ -146,13 +146,17 @@ def test_profile_writes_the_format_predict_reads(cpu_profile):
     assert load_model_profile(cpu_profile).model.params == data["model"]["params"]
 
 
-def test_predict_and_plan_take_the_cpu_profile(cpu_profile, capsys):
+def test_predict_and_plan_refuse_the_cpu_profile_for_gpus(cpu_profile, capsys):
+    # its times are the CPU's compute, its memory unmeasured: nothing carries to a GPU
     common = ["--model", "examples.models.llama:build_tiny", "--model-profile", str(cpu_profile),
-              "--topology", "hgx-h200-8", "--seq-len", "16", "--json"]
-    assert main(["predict", *common, "--num-gpus", "8", "--strategy", "zero3", "--micro-batch", "2"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["model_profile"]["estimate"] is True and "profiled on cpu" in out["model_profile"]["note"]
-    assert out["step_time_s"] > 0 and out["time"]["collectives"]
+              "--topology", "hgx-h200-8", "--seq-len", "16"]
+    for argv in (["predict", *common, "--num-gpus", "8", "--strategy", "zero3", "--micro-batch", "2"],
+                 ["plan", *common, "--num-gpus", "8"]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert err.count("\n") == 0 and "profiled on the CPU" in err and "--device cuda" in err
+        assert "waits" not in captured.out and "MFU" not in captured.out
 
 
 

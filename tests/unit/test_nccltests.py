@@ -187,7 +187,8 @@ def test_published_runs_with_a_forced_algorithm_compare_against_that_algorithm()
     topo = load_topology(str(Path(__file__).parents[2] / src["topology"]))
     result = nccltests.compare(nccltests.parse_output(tree.read_text()), topo, src["num_gpus"], algorithm="tree")
     assert all(r.algorithm.startswith("tree") for r in result["rows"]) and result["ranks"] == 2
-    assert result["short_sizes"]["all_reduce"][-1] == 2**25  # the thread's complaint: tree short of the NICs
+    # the thread's complaint (tree far short of 4 NICs): one GPU's PCIe link carries them all, and it is met
+    assert not result["short_sizes"] and all(r.bound == "gpu-pcie" for r in result["rows"])
 
 
 def test_degraded_copy_is_flagged_with_a_nic_unused():

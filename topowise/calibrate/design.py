@@ -123,13 +123,21 @@ COMPILED_DESIGN = (("cal-h2048-l8", 1, 8192, ("ddp", "zero3")), ("cal-h1024-l8",
                                                                  ("ddp", "zero2", "zero3")))
 
 
+# Tensor and pipeline parallelism on untied design shapes, where the GPUs divide into the degrees (cases.py's
+# GPU_MESH_CALIBRATION says why under the profiler, and why not fitted); validation's on its own shapes.
+DESIGN_MESH = (Case("cal-h1024-l16", "ddp", 1, 4096, tp=2),
+               Case("cal-h1024-l16", "zero3", 1, 2048, pp=2, grad_accum=4))
+VALIDATION_MESH = (Case("llama-0.95b", "zero3", 2, 2048, tp=2),
+                   Case("llama-0.95b", "ddp", 1, 4096, tp=2, pp=2, grad_accum=4))
+
+
 def designed_plan(folder: Path, compile: bool = False) -> Plan:
     """The GPU calibration plan with the designed cases (configs written into `folder`): the comm sweep and
     HBM passes of the classic plan, shorter runs; `compile` adds compiled twins."""
     from topowise.calibrate.cases import GPU_CALIBRATION
 
     paths = write_configs(folder)
-    cases = design_cases(paths)
+    cases = design_cases(paths) + tuple(replace(c, model=paths[c.model]) for c in DESIGN_MESH)
     if compile:
         cases += tuple(Case(paths[m], s, mb, seq, "nvlink", compile=True)
                        for m, mb, seq, strategies in COMPILED_DESIGN for s in strategies)
@@ -144,6 +152,7 @@ def validation_cases(paths: dict[str, str] | None = None, compile: bool = False)
                   for m, mb, seq, strategies, fabrics in VALIDATION for f in fabrics for s in strategies)
     cases += tuple(Case(paths.get(m, m), s, mb, seq, "nvlink", "selective")
                    for m, mb, seq, strategies in SELECTIVE_VALIDATION for s in strategies)
+    cases += tuple(replace(c, model=paths.get(c.model, c.model)) for c in VALIDATION_MESH)
     if compile:
         cases += tuple(Case(paths.get(m, m), s, mb, seq, f, compile=True)
                        for m, mb, seq, strategies, fabrics in COMPILED_VALIDATION for f in fabrics for s in strategies)
@@ -177,6 +186,8 @@ def identifiability(cases, models: Callable[[str], ModelSpec], topology, profile
     the host sets (host-bound) are left out, as the fit leaves them out."""
     rows, labels, seconds = [], [], 0.0
     for c in cases:
+        if c.has_mesh:  # compared, not fitted (GPU_MESH_CALIBRATION)
+            continue
         run = c.run(models(c.model), topology.indices[:2])
         base = predict(run, topology, profile)
         seconds += (warmup + steps) * base.step_time_s + BUILD_S

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from topowise.calibrate.cases import Plan, calibration_plan
 from topowise.calibrate.crypto import measure_encryption
-from topowise.calibrate.fit import NVLS_ENV, fit_profile, nvls_as_run, observations_from
+from topowise.calibrate.fit import NVLS_ENV, POOR_FIT_RMS, fit_profile, nvls_as_run, observations_from, poor_fits
 from topowise.calibrate.launch import META_FILE, RECORD_FILES, measure, read_records_dir
 from topowise.calibrate.machine import live_topology
 from topowise.calibrate.validate import compare
@@ -70,8 +70,9 @@ def default_records_dir(profile_path: str | Path) -> Path:
 def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, from_records: str | None,
               use_cache: bool = True, timeout_s: float = 600.0, progress: Callable[[str], None] | None = None,
               plan: Plan | None = None, fit_names: list[str] | None = None, design: bool = False,
-              compile: bool = False) -> Calibration:
-    """Measure (unless from_records), fit, write the profile (to `out` and the cache)."""
+              compile: bool = False, keep_poor_fit: bool = False) -> Calibration:
+    """Measure (unless from_records), fit, write the profile (to `out` and the cache; a fit poorer than
+    POOR_FIT_RMS to `out` alone, unless keep_poor_fit)."""
     check_out_path(out)  # before minutes of measuring, not after
     started = time.monotonic()
     if from_records:
@@ -125,8 +126,17 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     report["runs_detail"] = [r.to_record(fp_text) for r in compare(recs, profile, topo)]
     report["gpu_clocks"] = clocks_over([r for r in recs if r.get("kind") == "train"])  # the rates carry these
     target = Path(out) if out else None
-    cached = cache_path(fp_text) if use_cache else None
+    poor = poor_fits(report)
+    withheld = bool(poor) and use_cache and not keep_poor_fit
+    cached = cache_path(fp_text) if use_cache and not withheld else None
     report["warnings"] = fit_warnings(report, parse_fingerprint(fp_text).get("device", device), cached is not None)
+    if withheld:
+        report["warnings"].append(
+            f"the {' and '.join(poor)} fit misses its own runs by more than {100 * POOR_FIT_RMS:g}% rms, so it is not "
+            "cached as this machine's profile (predict, plan and validate keep the one they had); "
+            + (f"it is written to {out} only" if out else "it is written nowhere: --out FILE keeps it")
+            + "; --keep-poor-fit caches it anyway")
+    report["cache_withheld"] = withheld
     write_profile(profile, target, cached)
     main_path = target or cached
     return Calibration(profile, str(main_path) if main_path else "", str(cached) if cached else None, str(folder),

@@ -290,11 +290,13 @@ class Observation:
     compile_s: float | None = None  # compiled: the first warm-up step less a timed one (compiling)
     selective_ac_option: str = "op"
     engine: str = "pytorch"  # who ran the strategy: PyTorch's wrappers or DeepSpeed's ZeRO
+    mesh: dict | None = None  # a mesh run's Case keywords (tp, pp, cp, grad_accum, pp_schedule); None: none
 
     @property
     def case(self) -> Case:
         return Case(self.model, self.strategy, self.micro_batch, self.seq_len, self.fabric,
-                    self.activation_checkpointing, self.compile, self.selective_ac_option, self.engine)
+                    self.activation_checkpointing, self.compile, self.selective_ac_option, self.engine,
+                    **(self.mesh or {}))
 
 
 # A run whose identical timed steps differ by more than this (interquartile range / median) is not in a
@@ -334,7 +336,9 @@ def observation_from(r: dict) -> Observation:
         reserved_bytes=r.get("reserved_bytes"), step_spread=step_spread(r.get("step_times_s")),
         host_phase_s=r.get("host_phase_s"), device=r.get("device", "cuda"),
         model_source=r.get("model_source"), model_spec=spec, compile=bool(r.get("compile")),
-        compile_s=first_step_excess(r) if r.get("compile") else None, engine=str(r.get("engine") or "pytorch"))
+        compile_s=first_step_excess(r) if r.get("compile") else None, engine=str(r.get("engine") or "pytorch"),
+        mesh={k: r[k] for k in ("tp", "pp", "cp", "grad_accum") if k in r} | (
+            {"pp_schedule": r["pp_schedule"]} if r.get("pp_schedule") else {}) if "tp" in r else None)
 
 
 def first_step_excess(r: dict) -> float | None:
@@ -659,7 +663,8 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
     profile = apply_encryption(profile, records, where)
     report["encryption_gbps_per_core"] = encryption_fit(records) or None
     # the PyTorch engine's runs: DeepSpeed's share the GPU work but not the host's or the copies' terms
-    obs = [o for o in observations_from(records) if o.engine == "pytorch"]
+    # mesh runs are compared (the report's runs_detail, validate), not fitted: the parameters are the DP step's
+    obs = [o for o in observations_from(records) if o.engine == "pytorch" and not o.case.has_mesh]
     predict_one = predictor(topo, model_loader)
     profile, host_runs = fit_host(profile, obs, predict_one, None, where)
     # a run the host dominates says little about the GPU's rates: the host term describes it
@@ -678,6 +683,19 @@ def fit_profile(records: list[dict], topo, fingerprint: str, *, where: str = "",
                   runs=len(obs), failed=[f"{r.get('model')} {r.get('strategy')} {r.get('fabric')}: {r.get('status')}"
                                          for r in records if r.get("kind") == "train" and r.get("status") != "ok"])
     return profile, report
+
+
+# A fit that misses its own runs by more than a quarter, root mean square, does not describe this machine
+# (GPU fits miss theirs by 1-3%, docs/accuracy.md): calibrate does not cache it as the machine's profile.
+POOR_FIT_RMS = 0.25
+
+
+def poor_fits(report: dict) -> list[str]:
+    """The fits of a fit_profile report ("step-time", "memory") that miss their own runs by more than
+    POOR_FIT_RMS, root mean square."""
+    return [what for what, key in (("step-time", "step_time"), ("memory", "memory"))
+            if (fit := report.get(key) or {}).get("observations") and fit.get("rms_error") is not None
+            and fit["rms_error"] > POOR_FIT_RMS]
 
 
 def human_bytes(nbytes: float) -> str:

@@ -36,7 +36,8 @@ def measure(plan: Plan, nproc: int, records_dir: Path, *, timeout_s: float = 600
     backend = "nccl" if plan.device == "cuda" else "gloo"
     problems: list[str] = []
     for fabric in plan.fabrics:
-        cases = [c for c in plan.cases if c.fabric == fabric]
+        # a mesh case runs where the processes divide into its model-parallel degrees (tp2 x pp2 needs 4)
+        cases = [c for c in plan.cases if c.fabric == fabric and c.runs_on(nproc)]
         if not cases and not plan.comm_ops:
             continue
         config = rank_config(plan, fabric, cases, nproc, records_dir, backend, timeout_s, topology)
@@ -84,7 +85,11 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
               "steps": plan.steps, "warmup": plan.warmup, "checkpointing": mode_of_flag(c.activation_checkpointing),
               "selective_ac_option": c.selective_ac_option,
               "compile": c.compile, "fabric": fabric, "device": plan.device, "nproc": nproc, "timeout_s": timeout_s,
-              "out": str(records_dir / RECORD_FILES["train"])} for c in cases]
+              "out": str(records_dir / RECORD_FILES["train"]),
+              # a mesh case under the profiler: its record then carries its exposed communication by mesh
+              # dimension and its pipeline's idle time, which validate compares dimension by dimension
+              **({"mesh": c.mesh, "trace": str(records_dir / "traces" / case_folder(c))} if c.has_mesh else {})}
+             for c in cases]
     passes = None
     if plan.hbm_passes and fabric == plan.fabrics[0]:  # a pass alone does not depend on the fabric
         passes = {"model": plan.hbm_passes[0], "vocab": plan.hbm_passes[1], "tokens": plan.hbm_passes[2],
@@ -92,6 +97,11 @@ def rank_config(plan: Plan, fabric: str, cases: list[Case], nproc: int, records_
     return {"backend": backend, "fabric": fabric, "comm": comm, "train": train, "timeout_s": timeout_s,
             "passes": passes, "matmul_out": str(records_dir / RECORD_FILES["matmul"]),
             "heartbeat": str(records_dir / f".heartbeat.{fabric}")}
+
+
+def case_folder(case: Case) -> str:
+    """A mesh case's trace folder name: its words, as a file name."""
+    return "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in case.words()).strip("-")
 
 
 def read_records_dir(folder: Path) -> tuple[list[dict], dict]:

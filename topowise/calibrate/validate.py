@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from topowise.calibrate.cases import Case, Plan, validation_plan
+from topowise.calibrate.dims import measured_by_dim, pair, predicted_by_dim, summarize_dims
 from topowise.calibrate.fit import UNSTEADY_SPREAD, observation_from, predictor
 from topowise.calibrate.launch import META_FILE, RECORD_FILES, measure
 from topowise.calibrate.machine import live_topology
@@ -38,6 +39,8 @@ class ValidationRow:
     world_size: int = 0
     breakdown: dict = field(default_factory=dict)
     step_spread: float = 0.0  # measured: interquartile range / median of the timed steps
+    # a traced mesh run: exposed communication per mesh dimension, predicted beside measured (calibrate/dims.py)
+    by_dim: dict = field(default_factory=dict)
 
     @property
     def step_error(self) -> float | None:
@@ -54,6 +57,7 @@ class ValidationRow:
                 "predicted": {"step_time_s": self.predicted_step_s, "allocated_bytes": self.predicted_alloc,
                               "peak_bytes": self.predicted_peak, **self.breakdown},
                 "step_time_error": self.step_error, "peak_memory_error": self.memory_error,
+                **({"exposed_by_dim": self.by_dim} if self.by_dim else {}),
                 "profile_fingerprint": fingerprint}
 
 
@@ -75,7 +79,7 @@ def compare(records: list[dict], profile: Profile, topo, model_loader: Callable 
              "comm_s": t.comm_s, "exposed_comm_s": t.exposed_comm_s, "host_s": t.host_s, "host_wait_s": t.host_wait_s,
              "step_range_s": list(t.step_range_s),
              "activations_bytes": p.memory.activations_bytes, "peak_phase": p.memory.peak_phase},
-            o.step_spread))
+            o.step_spread, pair(predicted_by_dim(p), measured_by_dim(r))))
     return rows
 
 
@@ -118,6 +122,9 @@ def summarize(rows: list[ValidationRow], tolerance: float = RANK_TOLERANCE) -> d
         # the same errors split by what the model says sets the step: the GPU alone, or the host in some phase
         "by_bound": {bound: _errors([r for r in rows if (r.breakdown.get("host_wait_s", 0.0) > 0) == host])
                      for bound, host in (("gpu", False), ("host", True))},
+        # mesh runs under the profiler: exposed communication per mesh dimension, predicted vs measured
+        **({"by_dimension": summarize_dims([r.by_dim for r in rows if r.by_dim])} if any(r.by_dim for r in rows)
+           else {}),
     }
 
 
@@ -181,10 +188,10 @@ class Validation:
 def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot: str | None,
              make_plot: bool = True, measured: str | None = None, timeout_s: float = 600.0,
              progress: Callable[[str], None] | None = None, topology=None, plan: Plan | None = None,
-             design: bool = False, compile: bool = False) -> Validation:
+             design: bool = False, compile: bool = False, overwrite: bool = False) -> Validation:
     """Measure the validation cases (or read `measured`, a train JSONL), predict each, compare. `design`: the
     designed validation (calibrate/design.py; its configs written into the records folder), `compile` with
-    compiled twins."""
+    compiled twins; `overwrite`: an earlier run's records in the folder are deleted first."""
     started = time.monotonic()
     out_path = Path(out) if out else None
     problems: list[str] = []
@@ -205,8 +212,12 @@ def validate(*, profile: Profile, device: str, nproc: int, out: str | None, plot
         topo = topology or live_topology(device, nproc)
         folder = (out_path.with_name(out_path.stem + "-records") if out_path else Path("topowise-validation-records"))
         if (folder / RECORD_FILES["train"]).exists():
-            raise UsageError(f"{folder} already holds measurements: re-evaluate them with --measured "
-                             f"{folder / RECORD_FILES['train']}, or choose another --out")
+            if not overwrite:
+                raise UsageError(f"{folder} already holds measurements: --measured {folder / RECORD_FILES['train']} "
+                                 "compares them again without measuring, --overwrite deletes them and measures "
+                                 "again, or choose another --out")
+            for name in (*RECORD_FILES.values(), META_FILE):  # appended one record at a time: start empty
+                (folder / name).unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         if plan is None and design and device == "cuda":
             from topowise.calibrate.design import designed_validation_plan

@@ -50,8 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the steps under torch.profiler: per strategy and rank, the operator table "
                              "(DIR/<strategy>/rank<R>.txt) and timeline (rank<R>.trace.json.gz, for Perfetto or "
                              "TensorBoard), read into breakdown.json and breakdown.png (compute, exposed "
-                             "communication by collective, host wait per phase); nsys or nsys:DIR: the ranks under "
+                             "communication by collective, host wait per phase; on a mesh, exposed communication by "
+                             "mesh dimension and each pipeline stage's idle time); nsys or nsys:DIR: the ranks under "
                              "Nsight Systems instead; a diagnostic, it slows every step")
+    parser.add_argument("--no-memory-check", dest="check_memory", action="store_false",
+                        help="launch even a strategy the cost model says cannot fit (by default it is not launched: "
+                             "on a CPU, the processes x their estimated memory against what this machine has "
+                             "available; on a GPU, the heaviest rank against one GPU's memory)")
     parser.add_argument("--pin-cpus", action="store_true",
                         help="put every thread of each rank on its own equal slice of the CPUs")
     parser.add_argument("--json", action="store_true", help="print the records and the loss check as JSON")
@@ -69,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, checkpointing=mode, selective_ac_option=option,
         compile=args.compile, fabric=args.fabric, device=args.device, nproc=args.nproc,
         shard_group_size=args.shard_group_size, timeout_s=args.timeout, out=args.out, seed=args.seed, lr=args.lr,
-        engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus, mesh=mesh_from_args(args))
+        engine=args.engine, trace=args.trace, pin_cpus=args.pin_cpus, mesh=mesh_from_args(args),
+        check_memory=args.check_memory)
+    train.refuse_if_none_fits(request)  # before any launch: each strategy's memory arithmetic
     topology = _topology(args.topology, request)
 
     def expect(case):
@@ -194,6 +201,8 @@ def print_tables(console, records: list[dict]) -> None:
     """The measured table, then predicted vs measured when the cost model had a prediction; what
     the cells do not say (MFU's peaks, why there is no prediction) goes under them, not into a column."""
     console.print(train_table(records))
+    for line in failure_lines(records):
+        console.print(line, highlight=False, markup=False)
     peaks = [r for r in records if r.get("peak_flops_measured")]
     if peaks:
         r = peaks[0]
@@ -248,7 +257,7 @@ def train_table(records: list[dict]):
             + (("SM\nMHz",) if clocks else ()):
         column(table, header, justify="right")
     for r in records:
-        status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]"
+        status = r["status"] if r["status"] == "ok" else f"[red]{status_words(r)}[/]"
         table.add_row(
             r["strategy"], status, _fmt(r["step_time_s"], 1e3), _fmt(r["tokens_per_s_per_gpu"], 1, "{:,.0f}"),
             _fmt(r.get("mfu_measured_peak"), 100, "{:.1f}%"), _fmt(r["mfu"], 100, "{:.1f}%"),
@@ -256,6 +265,29 @@ def train_table(records: list[dict]):
             _fmt(r["losses"][-1] if r["losses"] else None, 1, "{:.4f}"),
             *((_fmt((slowest(r.get("gpu_clocks")) or {}).get("sm_mhz_mean"), 1, "{:.0f}"),) if clocks else ()))
     return table
+
+
+def status_words(record: dict) -> str:
+    """A record's status cell: killed (by a signal) or refused before launch, and which rank failed."""
+    status = record["status"]
+    if record.get("refused_before_launch"):
+        status = "refused"
+    elif record.get("exit_signal"):
+        status = "killed"
+    return status + (f" r{record['failed_rank']}" if record.get("failed_rank") is not None else "")
+
+
+def failure_lines(records: list[dict], tail: int = 3) -> list[str]:
+    """Under the table, each strategy that did not finish: what happened, on which rank and stage; where the
+    ranks left no message of their own, the last lines of their output (the record's log_tail)."""
+    lines = []
+    for r in records:
+        if r["status"] == "ok":
+            continue
+        lines.append(f"{r['strategy']}: {status_words(r)}: {r.get('error') or 'no error message'}")
+        if not r.get("failed_rank") and r.get("log_tail") and "log_tail" in (r.get("error") or "log_tail"):
+            lines += [f"    {line}" for line in r["log_tail"].splitlines()[-tail:]]
+    return lines
 
 
 def prediction_table(records: list[dict]):

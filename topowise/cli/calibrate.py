@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the designed calibration (four Llama-style shapes that vary vocabulary, tying, width, "
                              "depth, GQA, micro-batch, sequence and fabric; docs/calibration.md) in place of the "
                              "two presets")
+    parser.add_argument("--keep-poor-fit", action="store_true",
+                        help="cache the profile even when its fit misses its own runs by more than 25%% rms "
+                             "(by default such a profile is written to --out only)")
     parser.add_argument("--json", action="store_true", help="print the profile and the fit report as JSON")
 
 
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                  + ("(gloo)" if device == "cpu" else "per fabric"))
     result = calibrate(device=device, nproc=nproc, out=args.out, records=args.records, from_records=args.from_records,
                        use_cache=not args.no_cache, timeout_s=args.timeout, progress=progress, fit_names=fit_names,
-                       design=args.design, compile=args.compile)
+                       design=args.design, compile=args.compile, keep_poor_fit=args.keep_poor_fit)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -236,7 +239,10 @@ def render(result) -> None:
         console.print(f"[red]{problem}[/]")
     if result.elapsed_s is not None:
         console.print(f"calibration took {result.elapsed_s:.0f} s (measuring {rep.get('measure_s') or 0:.0f} s)")
-    console.print(f"profile: {result.profile_path}" + (f" (cached: {result.cache_path})" if result.cache_path and
-                                                       result.cache_path != result.profile_path else ""))
+    if result.profile_path:
+        console.print(f"profile: {result.profile_path}" + (f" (cached: {result.cache_path})" if result.cache_path and
+                                                           result.cache_path != result.profile_path else ""))
+    else:
+        console.print("profile: not written (see the warning below)")
     console.print(f"raw records: {result.records_dir} (re-fit with --from-records {result.records_dir})")
     sys.stdout.flush()

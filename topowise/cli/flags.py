@@ -107,3 +107,37 @@ def add_wide_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wide", action="store_true",
                         help="show every column of the tables, wider than the screen if need be (default: fit the "
                              "screen, or 80 columns when piped unless COLUMNS is set)")
+
+
+def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
+    """--precision, --fp8-recipe, --loss, --attention (Run's kernel settings; torchtitan's float8 recipe names)."""
+    from topowise.run import ATTENTIONS, FP8_RECIPES, KERNEL_DEFAULTS, LOSSES, PRECISIONS
+
+    parser.add_argument("--precision", choices=PRECISIONS, default=KERNEL_DEFAULTS["precision"],
+                        help="the block Linears' GEMMs: bf16, or fp8 as torchtitan's float8 (torchao Float8Linear; "
+                             "the output layer and attention stay bf16); MFU is then over the fp8 peak (bf16)")
+    parser.add_argument("--fp8-recipe", choices=FP8_RECIPES, default=None,
+                        help="with --precision fp8: tensorwise (FSDP2 gathers the weights in fp8) or rowwise "
+                             "(default tensorwise)")
+    parser.add_argument("--loss", choices=LOSSES, default=KERNEL_DEFAULTS["loss"],
+                        help="cross-entropy: plain (fp32 over the whole logits, F.cross_entropy(logits.float()); "
+                             "torchtitan), chunked (a chunk of tokens at a time: torchtune; llm-foundry's "
+                             "fused_crossentropy kernel is priced so) or fused (Liger's fused linear cross-entropy: "
+                             "no whole logits) (plain)")
+    parser.add_argument("--attention", choices=ATTENTIONS, default=KERNEL_DEFAULTS["attention"],
+                        help="flash (fused kernel) or unfused (the S x S scores in memory, as Megatron-LM in 2021) "
+                             "(flash)")
+
+
+def kernels_from_args(args: argparse.Namespace) -> dict:
+    """The Run keywords of the kernel flags; --fp8-recipe without --precision fp8 is refused."""
+    from topowise.errors import UsageError
+    from topowise.run import KERNEL_DEFAULTS
+
+    precision = getattr(args, "precision", KERNEL_DEFAULTS["precision"])
+    recipe = getattr(args, "fp8_recipe", None)
+    if recipe is not None and precision != "fp8":
+        raise UsageError(f"--fp8-recipe {recipe} applies to --precision fp8, not {precision}")
+    return {"precision": precision, "fp8_recipe": recipe or KERNEL_DEFAULTS["fp8_recipe"],
+            "loss": getattr(args, "loss", KERNEL_DEFAULTS["loss"]),
+            "attention": getattr(args, "attention", KERNEL_DEFAULTS["attention"])}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from topowise.errors import UsageError
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="MODULE:FUNCTION",
                         help="a function returning (model, example_batch[, loss_fn]), e.g. examples.models.llama:build")
     parser.add_argument("--micro-batch", type=int, default=None, metavar="B",
-                        help="passed to the function as micro_batch (default: the function's own default)")
+                        help="passed to the function as micro_batch (default: the function's own default; a "
+                             "function that takes none: the samples in its example batch)")
     parser.add_argument("--seq-len", type=int, default=None, metavar="L",
                         help="passed as seq_len where the function takes it; tokens per sample in throughput "
                              "(default: the function's seq_len default, else 1)")
@@ -41,12 +43,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def shape_defaults(reference: str, micro_batch: int | None, seq_len: int | None) -> tuple[int, int]:
-    """(micro-batch, seq_len) to profile at: the flags, else the function's defaults, else 1."""
+    """(micro-batch, seq_len) to profile at: the flags, else the function's defaults, else 1. A function
+    that takes no micro_batch sizes its batch itself: the micro-batch is its example batch's samples."""
     import inspect
 
-    from topowise.models.callable import resolve_function
+    from topowise.models.callable import accepted_args, example_batch_size, resolve_function
 
-    params = inspect.signature(resolve_function(reference)).parameters
+    fn = resolve_function(reference)
+    params = inspect.signature(fn).parameters
+    if "micro_batch" not in accepted_args(fn):
+        samples = example_batch_size(reference, seq_len if "seq_len" in accepted_args(fn) else None)
+        if micro_batch is not None and samples is not None and micro_batch != samples:
+            raise UsageError(f"--micro-batch {micro_batch}: {reference} takes no micro_batch, and its example batch "
+                             f"holds {samples} samples; leave --micro-batch out (or give {samples}), or let the "
+                             "function take micro_batch")
+        if micro_batch is None and samples is None:
+            raise UsageError(f"{reference} takes no micro_batch, and its example batch's tensors share no leading "
+                             "(sample) dimension: give --micro-batch, the samples in one step")
+        micro_batch = samples if micro_batch is None else micro_batch
 
     def default(name: str) -> int:
         p = params.get(name)
@@ -80,9 +94,19 @@ def run(args: argparse.Namespace) -> int:
     from topowise.measure.model_profile import profile_model
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":  # said before the first step: a CPU step of a real model takes seconds
+        sys.stderr.write("topowise: profiling on the CPU is for testing: the times are this CPU's (host and compute "
+                         "at once), and predict and plan do not take them for a GPU; one line per step follows\n")
+
+    def progress(line: str) -> None:
+        if device == "cpu":
+            sys.stderr.write(f"topowise: {line}\n")
+            sys.stderr.flush()
+
     data = profile_model(args.model, micro_batch=micro_batch, seq_len=seq_len, device=device,
                          strategies=tuple(s for s in strategies if s != "hsdp"), steps=args.steps,
-                         warmup=args.warmup, compile=args.compile, wrap_class=args.wrap_class, seed=args.seed)
+                         warmup=args.warmup, compile=args.compile, wrap_class=args.wrap_class, seed=args.seed,
+                         progress=progress)
     if args.out:
         try:
             Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
@@ -97,6 +121,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def throughput_unit(data: dict) -> str:
+    """"samples" for a model that takes no tokens (no seq_len, one per sample), else "tokens"."""
+    from topowise.costmodel.profiled import throughput_unit as unit
+
+    return unit(data["model"].get("accepts", ()), data.get("seq_len"))
+
+
 def render(data: dict) -> None:
     from rich import box
     from rich.table import Table
@@ -106,9 +137,11 @@ def render(data: dict) -> None:
 
     out = console()
     m = data["model"]
+    shape = (f"{data['micro_batch']} samples" if throughput_unit(data) == "samples"
+             else f"{data['micro_batch']} x {data['seq_len']} tokens")
     out.print(f"[bold]{m['name']}[/] ({param_count(m['params'])} parameters; {len(m['blocks'])} blocks of "
               f"{m['wrap_class'] or '(none: FSDP wraps the root only)'}) on {data['device_name']}, "
-              f"micro-batch {data['micro_batch']} x {data['seq_len']}, torch {data['torch_version']}"
+              f"micro-batch {shape}, torch {data['torch_version']}"
               f"{', compiled' if data['compile'] else ''}", highlight=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     heads = ("strategy", "step ms", "fwd GPU", "bwd GPU", "opt GPU", "fwd host", "bwd host", "opt host",
@@ -125,5 +158,8 @@ def render(data: dict) -> None:
                       *(ms(s["host_s"][p]) for p in ("forward", "backward", "optimizer")),
                       gib(s["peak_allocated_bytes"]), gib(s["activation_bytes"]))
     print_whole(out, table)
+    for name, s in data["strategies"].items():  # why a strategy has no figures: its error, not a blank row
+        if s.get("status", "ok") != "ok":
+            out.print(f"{name}: {s.get('status')}: {s.get('error', 'no message')}", highlight=False, soft_wrap=True)
     out.print(f"GPU: each phase's own work (the GPU held while the host issued the step); host: the time to issue "
               f"it. Profiled in {data['wall_s']:.1f} s.", highlight=False)

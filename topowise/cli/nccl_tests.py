@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --compare: the collective the output measured, when its text does not say")
     parser.add_argument("--algo", choices=("auto", "ring", "tree"), default="auto",
                         help="across nodes, the algorithm NCCL_ALGO forced in the run (auto: NCCL's tuner picks)")
+    parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
+                        help="pcie: GPU-to-GPU traffic through the host at PCIe rate, as NCCL_P2P_DISABLE=1 runs it "
+                             "(default nvlink: P2P over NVLink where the GPUs have it)")
+    parser.add_argument("--nvls", choices=("on", "off"),
+                        help="NVLink SHARP on NVSwitch boards (NVLS inside a node, NVLS-Tree across nodes): off as "
+                             "NCCL_NVLS_ENABLE=0 runs; default: NCCL's own, on where the board has it")
     parser.add_argument("--gpu-name", metavar="NAME", help="GPU model for `nvidia-smi topo -m` text")
     parser.add_argument("--profile", metavar="FILE", help="a calibrated profile (topowise calibrate)")
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -66,11 +72,13 @@ def _read(path: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from topowise import nccltests
+    from topowise.costmodel.profile import default_profile
     from topowise.costmodel.profile_store import resolve_profile
     from topowise.topology import load_topology
 
     topo = load_topology(args.topology, args.gpu_name)
     profile = resolve_profile(args.profile, [topo.gpus[0].name])
+    topo, profile = nccltests.with_settings(topo, profile or default_profile(), args.fabric, args.nvls)
     if args.compare:
         text, where = _read(args.compare)
         op = args.op.replace("-", "_") if args.op else None

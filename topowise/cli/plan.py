@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from topowise.cli.flags import add_model_arguments, add_wide_argument
+from topowise.cli.flags import add_kernel_arguments, add_model_arguments, add_wide_argument
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 
@@ -29,6 +29,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
                         help="consider compiled candidates too (torch.compile of each block) and say whether "
                              "compiling changes which strategy wins")
     add_model_arguments(parser, "pcie: as if NVLink were not there (exports set NCCL_P2P_DISABLE=1)")
+    add_kernel_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,9 +96,24 @@ def plan_inputs(args: argparse.Namespace):
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
     kwargs = {"wan_share": _fraction(args.wan_share, "--wan-share")} if getattr(args, "wan_share", None) else {}
     kwargs["compile_choices"] = compile_choices(model, bool(getattr(args, "compile", False)))
+    kwargs.update(planned_kernels(args))
     return model, topo, {**kwargs, "num_gpus": num_gpus, "gpus": gpus,
                          "micro_batches": None if micro_batch is None else (micro_batch,), "seq_len": seq_len,
                          "profile": profile, "fabric": args.fabric, "engine": getattr(args, "engine", "pytorch")}
+
+
+def planned_kernels(args: argparse.Namespace) -> dict:
+    """{"kernels": Run keywords} where --precision, --loss or --attention is not its default; {} otherwise."""
+    from topowise.cli.flags import kernels_from_args
+    from topowise.run import KERNEL_DEFAULTS
+
+    kernels = kernels_from_args(args)
+    if kernels == KERNEL_DEFAULTS:
+        return {}
+    if getattr(args, "mesh", False):
+        raise UsageError("--precision, --loss and --attention are not planned with --mesh yet: predict a mesh with "
+                         "`topowise predict --tp ... --precision ...`")
+    return {"kernels": kernels}
 
 
 def compile_choices(model, asked: bool) -> tuple[bool, ...]:
@@ -137,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
                          "or --save-plan FILE to write the plan for `topowise launch --plan`")
     result, topo = plan_from_args(args, top=top)
     chosen = LaunchPlan.from_plan(result.best, result, topo) if result.best else None
+    if chosen is not None and args.save_plan:  # the exports name the saved plan: TOPOWISE_PLAN
+        chosen = chosen.with_path(args.save_plan)
     exported = render(args.export, chosen) if args.export and chosen else None
     notes = export_notes(args.export, chosen) if exported is not None else ()
     # an export printed on stdout (to be redirected into a file) is all that stdout holds: the rest to stderr

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from topowise.cli.flags import add_checkpointing_arguments, add_mesh_arguments, add_model_arguments
+from topowise.cli.flags import (
+    add_checkpointing_arguments,
+    add_kernel_arguments,
+    add_mesh_arguments,
+    add_model_arguments,
+)
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.planner.explain import misaligned_vocab_note
 from topowise.units import GIB
@@ -34,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hsdp: GPUs per shard group (default: the GPUs per NVLink island)")
     add_model_arguments(parser, "pcie: predict as if NVLink were not there")
     add_mesh_arguments(parser)
+    add_kernel_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_whatif_arguments(parser)
 
@@ -48,7 +54,13 @@ def prediction_from_args(args: argparse.Namespace):
 
 def run_from_args(args: argparse.Namespace):
     """(Run, topology, Profile) from the predict flags, checked."""
-    from topowise.cli.flags import checkpointing_from_args, mesh_from_args, model_from_args, power_limited
+    from topowise.cli.flags import (
+        checkpointing_from_args,
+        kernels_from_args,
+        mesh_from_args,
+        model_from_args,
+        power_limited,
+    )
     from topowise.costmodel.profile import default_profile
     from topowise.costmodel.profile_store import resolve_profile
     from topowise.errors import UsageError
@@ -69,7 +81,7 @@ def run_from_args(args: argparse.Namespace):
     run = Run(model=model, gpus=gpus, strategy=args.strategy, micro_batch=args.micro_batch, seq_len=args.seq_len,
               checkpointing=mode, selective_ac_option=option, fabric=args.fabric,
               shard_group_size=args.shard_group_size, engine=args.engine, compile=args.compile,
-              **mesh_from_args(args))
+              **mesh_from_args(args), **kernels_from_args(args))
     profile = resolve_profile(args.profile, [topo.gpus[0].name], args.force_profile) or default_profile()
     return run, topo, profile
 
@@ -85,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(prediction.to_dict(), **({"model_profile": measured} if measured else {})), indent=2))
     else:
-        render(prediction, profile.memory_headroom, profile.host_spread)
+        from topowise.costmodel.memory import reserved_bytes
+
+        render(prediction, profile.memory_headroom, profile.host_spread,
+               reserved=reserved_bytes(prediction.memory, prediction.run, profile))
         if measured:
             print(f"from model profile {measured['file']}: {measured['note']}")
     return 0
@@ -140,8 +155,19 @@ def headline(p) -> list[str]:
     where = f"GPU {p.gpus[0]}" if len(p.gpus) == 1 else f"GPUs {gpu_list(p.gpus)}"
     return [f"{p.model_name} ({param_count(p.params)} parameters): {p.strategy}{engine} on {where} "
             f"of {p.topology}{hsdp}",
-            f"micro-batch {p.micro_batch} x {p.seq_len:,} tokens{ac}; fabric {p.fabric}",
+            f"micro-batch {p.micro_batch} x {p.seq_len:,} tokens{ac}; fabric {p.fabric}{kernel_words(p.run)}",
             wiring]
+
+
+def kernel_words(run) -> str:
+    """"; fp8 (tensorwise), loss fused, attention unfused": the kernel settings away from their defaults."""
+    from topowise.run import KERNEL_DEFAULTS
+
+    words = []
+    if run.precision != KERNEL_DEFAULTS["precision"]:
+        words.append(f"{run.precision} ({run.fp8_recipe})")
+    words += [f"{k} {getattr(run, k)}" for k in ("loss", "attention") if getattr(run, k) != KERNEL_DEFAULTS[k]]
+    return f"; {', '.join(words)}" if words else ""
 
 
 def mesh_line(p) -> str:
@@ -196,9 +222,10 @@ def _table(title: str):
                  pad_edge=False, min_width=len(title))
 
 
-def render(p, headroom: float | None = None, host_spread: float | None = None) -> None:
+def render(p, headroom: float | None = None, host_spread: float | None = None, reserved: int | None = None) -> None:
     """The prediction as tables; `headroom`: the profile's share of GPU memory kept free, `host_spread`:
-    how much the host's speed moves between launches (both the default profile's when not given)."""
+    how much the host's speed moves between launches (both the default profile's when not given); `reserved`: what
+    nvidia-smi would show (memory.reserved_bytes), a row of its own where it is not the peak."""
     from topowise.cli.console import column, console, print_whole
     from topowise.costmodel.profile import default_profile
 
@@ -240,7 +267,8 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
                   f"(more tokens per step hide it; {less}). The host's speed moves "
                   f"between launches, so expect {_ms(lo)}-{_ms(hi)} ms (the host up to "
                   f"{spread:.0%} faster or slower: the profile's host_spread)[/]", highlight=False)
-    out.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}",
+    peak = f" of {p.mfu_peak_words}" if p.mfu_peak_words else ""
+    out.print(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_gpu:,.0f} per GPU), MFU {p.mfu:.1%}{peak}",
               highlight=False)
     vocab_note = misaligned_vocab_note(p)
     if vocab_note:
@@ -271,6 +299,8 @@ def render(p, headroom: float | None = None, host_spread: float | None = None) -
     if m.first_steps_extra_bytes:
         mem.add_row("step 2 only: DDP bucket rebuild", _gib(m.first_steps_extra_bytes))
     mem.add_row("[bold]peak[/]", f"[bold]{_gib(m.peak_bytes)}[/]")
+    if reserved and reserved != m.peak_bytes:
+        mem.add_row("reserved as nvidia-smi shows it (FSDP2's cache above allocated)", _gib(reserved))
     mem.add_row("GPU memory", _gib(m.gpu_memory_bytes))
     if headroom > 0:
         mem.add_row(f"usable ({headroom:.0%} kept free)", _gib(m.gpu_memory_bytes * (1.0 - headroom)))

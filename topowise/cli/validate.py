@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--design", action="store_true",
                         help="the designed validation: 33 cases (41 with --compile) of shapes the designed "
                              "calibration never runs, micro-batches 1-8, both fabrics (calibrate/design.py)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="measure again into a records folder that already holds measurements (they are deleted)")
     parser.add_argument("--json", action="store_true", help="print the cases and the summary as JSON")
 
 
@@ -77,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compile and (args.measured or device != "cuda"):
         raise UsageError("--compile adds compiled GPU cases to what validate measures: it applies on a GPU machine, "
                          "not with --measured (whose records say whether they were compiled) or --device cpu")
+    if args.overwrite and args.measured:
+        raise UsageError("--overwrite measures again over an earlier run's records; --measured measures nothing")
     if args.design and (args.measured or device != "cuda"):
         raise UsageError("--design chooses the GPU cases validate measures: it applies on a GPU machine, not with "
                          "--measured (the records are the cases) or --device cpu")
@@ -100,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda line: print(line, flush=True))
     result = validate(profile=profile, device=device, nproc=nproc, out=args.out, plot=args.plot,
                       make_plot=not args.no_plot, measured=args.measured, timeout_s=args.timeout,
-                      progress=progress, topology=topology, design=args.design, compile=args.compile)
+                      progress=progress, topology=topology, design=args.design, compile=args.compile,
+                      overwrite=args.overwrite)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -139,7 +144,7 @@ def target_item(item: str, ok: bool, summary: dict) -> str:
     for bound in ("gpu", "host"):
         words = "GPU-bound" if bound == "gpu" else "host-bound"
         if item.startswith(words) and not summary.get("by_bound", {}).get(bound, {}).get("cases"):
-            return f"{item} [yellow]no {words} case[/]"
+            return f"{item}: [yellow]no {words} case measured[/]"
     return f"{item} {'[green]yes[/]' if ok else '[red]no[/]'}"
 
 
@@ -190,6 +195,8 @@ def render(result, where: str, device: str) -> None:
                       f"{fabric_label(grp['fabric'], device)}: predicted "
                       f"first {g['predicted_first']}, measured fastest {g['measured_fastest']} "
                       f"({100 * g['slower_by']:.1f}% slower) {mark}")
+    for line in dimension_lines(result.rows, s):
+        console.print(line, highlight=False, markup=False)
     for u in s.get("unsteady", []):
         console.print(f"[yellow]unsteady: {run_words(u['case'], device)} (timed steps spread "
                       f"{100 * u['step_spread']:.1f}%, not a steady step; error {signed_pct(u['step_error'])})[/]")
@@ -208,3 +215,22 @@ def render(result, where: str, device: str) -> None:
                   + (f" (re-evaluate with --measured {result.measured_path})" if result.elapsed_s is not None else ""))
     if result.elapsed_s is not None:
         console.print(f"validation took {result.elapsed_s:.0f} s")
+
+
+def dimension_lines(rows, summary: dict) -> list[str]:
+    """Mesh runs under the profiler: exposed communication per mesh dimension, ms, predicted vs measured, a row
+    per case and dimension, then each dimension's mean error (calibrate/dims.py says what each side counts)."""
+    if not summary.get("by_dimension"):
+        return []
+    lines = ["exposed communication by mesh dimension (traced mesh runs), ms:",
+             f"  {'case':<40}{'dim':>13}{'pred':>9}{'meas':>9}{'error':>9}"]
+    for r in rows:
+        for dim, p in r.by_dim.items():
+            error = "-" if p["error"] is None else f"{100 * p['error']:+.1f}%"
+            lines.append(f"  {r.case.words(fabric=False)[:40]:<40}{dim:>13}{1e3 * p['predicted']:9.2f}"
+                         f"{1e3 * p['measured']:9.2f}{error:>9}")
+    for dim, d in summary["by_dimension"].items():
+        mean = "-" if d["mean_abs_error"] is None else f"{100 * d['mean_abs_error']:.1f}%"
+        worst = "-" if d["max_abs_error"] is None else f"{100 * d['max_abs_error']:.1f}%"
+        lines.append(f"  {dim}: {d['cases']} case{'s' if d['cases'] != 1 else ''}, mean abs error {mean}, max {worst}")
+    return lines

@@ -38,6 +38,7 @@ from topowise.costmodel.comm import (
     root_params,
     shard_groups,
 )
+from topowise.costmodel.kernels import fp8_all_gather, fp8_linear_params
 from topowise.costmodel.profile import Profile
 from topowise.run import Run
 from topowise.topology.cluster import Cluster
@@ -118,18 +119,23 @@ def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[
     blocks, block, root = model.num_layers, model.layer_params, root_params(model)
     groups = shard_groups(topology, gpus, run.shard_group_size or run.num_gpus) if spec.replicated else [group]
     g0 = groups[0]
-    ag = lambda nbytes, count, phase, unit="block": collective("all_gather", nbytes, "bf16", g0, topology, count,
-                                                               phase, profile, groups, unit)
+    # a block's bf16 weights, or with fp8's float8 all-gather (kernels.fp8_all_gather) its Linears in fp8
+    gathered, dtype = 2.0 * block, "bf16"
+    if run.precision == "fp8" and fp8_all_gather(run.fp8_recipe, spec.fsdp):
+        gathered, dtype = 2 * block - fp8_linear_params(model) / blocks, "fp8"
+    ag = lambda nbytes, count, phase, unit="block": collective("all_gather", nbytes,
+                                                               dtype if unit == "block" else "bf16", g0, topology,
+                                                               count, phase, profile, groups, unit)
     rs = lambda nbytes, count, phase, unit="block": collective("reduce_scatter", nbytes, "fp32", g0, topology, count,
                                                                phase, profile, groups, unit)
     # forward: the root's and the first block's all-gathers come before any compute to hide behind;
     # each later block's all-gather is prefetched during the previous block's forward.
     out.append(ag(2 * root, 1, FORWARD_FIRST, "root"))
-    out.append(ag(2 * block, 1, FORWARD_FIRST))
+    out.append(ag(gathered, 1, FORWARD_FIRST))
     if blocks > 1:
-        out.append(ag(2 * block, blocks - 1, FORWARD))
+        out.append(ag(gathered, blocks - 1, FORWARD))
     if spec.reshard_after_forward:  # blocks re-gathered in backward, prefetched one ahead
-        out.append(ag(2 * block, blocks, BACKWARD))
+        out.append(ag(gathered, blocks, BACKWARD))
     # backward: each block's reduce-scatter hides behind the next block's backward; block 0's and the
     # root's (after the embedding backward, the last op) are exposed.
     if blocks > 1:

@@ -2,6 +2,7 @@
 (docs/costmodel.md, section 5, has the derivation and the measurements):
 
     peak_bytes = allocated x (1 + allocator_slack) + cuda_context_bytes + first steps' extra (DDP: 4P on step 2)
+    reserved   = the same with FSDP2's own slack (Profile.fsdp_allocator_slack): what nvidia-smi shows (reserved_bytes)
     allocated  = max over moments of (params + optimizer + grads + activations + logits + buffers + cuBLAS workspace)
     fits       = peak_bytes <= GPU memory x (1 - memory_headroom)
 
@@ -20,6 +21,12 @@ from dataclasses import asdict, dataclass, field
 
 from topowise.costmodel.comm import block_tensors, root_params
 from topowise.costmodel.flops import flops_params
+from topowise.costmodel.kernels import (
+    SCORE_SAVED_BYTES,
+    fp8_linear_params,
+    loss_memory_bytes,
+    unfused_score_elements_per_token,
+)
 from topowise.costmodel.profile import Profile
 from topowise.models.spec import ModelSpec
 from topowise.run import Run, Strategy
@@ -225,13 +232,21 @@ def saved_activation_bytes_per_token(run: Run, autocast: bool) -> tuple[float, f
     """(bytes every block together keeps for backward, bytes one block's backward recomputes at once),
     per token, under the run's checkpointing mode."""
     model = run.model
-    per_layer = activation_bytes_per_token_per_layer(model, autocast, compiled=run.compile)
+    per_layer = activation_bytes_per_token_per_layer(model, autocast, compiled=run.compile) + score_bytes_per_token(run)
     if run.per_op_checkpointing:
         return (model.num_layers * selective_kept_bytes_per_token_per_layer(model, autocast),
                 selective_recompute_bytes_per_token(model, autocast))
     whole = checkpointed_blocks(run)
     kept = whole * block_input_bytes_per_token(model, autocast) + (model.num_layers - whole) * per_layer
     return kept, per_layer if whole else 0.0
+
+
+def score_bytes_per_token(run: Run) -> float:
+    """Unfused attention: what one layer keeps of its scores per token (kernels.SCORE_SAVED_BYTES per score element,
+    heads x sequence of them); 0 with flash attention."""
+    if run.attention != "unfused":
+        return 0.0
+    return SCORE_SAVED_BYTES * unfused_score_elements_per_token(run.model, run.seq_len) / run.model.num_layers
 
 
 def head_bytes_per_token(model: ModelSpec, autocast: bool = False) -> float:
@@ -375,9 +390,16 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
     # sharded gradients: what is alive is linear in the block reached, so its largest is at the first
     # block's backward (every block's activations, no block's gradients) or the last one's (one block's
     # activations, every other block's gradients). DDP's gradients are there throughout.
+    if run.precision == "fp8" and run.fp8_recipe == "rowwise" and run.spec.reshard_after_forward:
+        # rowwise keeps each block's gathered bf16 weights from its forward to its backward (zero2 keeps every unit
+        # gathered already); torchtitan measured +10.9 GiB over bf16 on Llama 3 8B, 8 H100; this term +13.0 GiB
+        # (docs/costmodel.md)
+        base = {**base, "fp8 rowwise: gathered bf16 block weights kept for backward": 2.0 * fp8_linear_params(model)}
+        at_loss = {**at_loss, **base}
+    at_loss_logits, at_output_logits = loss_memory_bytes(model, tokens, run.loss, logits_bytes_per_token(model))
     phases = {
-        "loss backward": (grads_at_start, saved, tokens * logits_bytes_per_token(model), at_loss),
-        "output-layer backward": (grads_at_start, saved, tokens * 2 * model.vocab_size, {**base, **out_grad}),
+        "loss backward": (grads_at_start, saved, at_loss_logits, at_loss),
+        "output-layer backward": (grads_at_start, saved, at_output_logits, {**base, **out_grad}),
         "block backward": (grads_at_start, saved + recompute + block_temp, 0.0, {**base, **block_grad}),
         "end of backward": (full_grads, 0.0, 0.0, end),  # fused AdamW: no temporaries in the step
     }
@@ -399,6 +421,22 @@ def estimate_memory(run: Run, *, gpu_memory_bytes: int, profile: Profile) -> Mem
 # on compute capability 9 and later (pytorch/pytorch#120925, after the cuBLAS documentation's recommendation for Hopper;
 # 4 MiB on large Ampere parts). Read alive at every peak of memory/run62 (research/2026-12-03-h200x1).
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+
+
+def allocator_slack(run: Run, profile: Profile) -> float:
+    """Reserved above allocated, a fraction of allocated, as a steady step shows it: FSDP2's (zero2, zero3, hsdp
+    under PyTorch) is its own (Profile.fsdp_allocator_slack: its all-gather and reduce-scatter buffers come and go
+    on their own streams each block), the rest Profile.allocator_slack."""
+    return profile.fsdp_allocator_slack if run.spec.fsdp and run.engine == "pytorch" else profile.allocator_slack
+
+
+def reserved_bytes(memory: MemoryBreakdown, run: Run, profile: Profile) -> int:
+    """What nvidia-smi shows at the peak: the allocated peak x (1 + allocator_slack(run)), the CUDA context, the first
+    steps' extra. peak_bytes, which `fits` reads, keeps Profile.allocator_slack: the cache FSDP2 keeps above it is
+    given back (the caching allocator frees its cached blocks and retries before it raises out-of-memory), and no
+    record here ran out of memory to say otherwise (docs/costmodel.md, "Reserved memory")."""
+    return int(memory.allocated_bytes * (1 + allocator_slack(run, profile)) + memory.cuda_context_bytes
+               + memory.first_steps_extra_bytes)
 
 
 def breakdown_at_peak(phases: dict, params: float, optimizer: float, gpu_memory_bytes: float, profile: Profile,

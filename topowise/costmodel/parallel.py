@@ -44,15 +44,32 @@ from topowise.costmodel.flops import (
     training_flops_per_token,
 )
 from topowise.costmodel.gemm import block_linears, linear_seconds
-from topowise.costmodel.memory import CUBLAS_WORKSPACE_BYTES, breakdown_at_peak, fits, pytorch_state_bytes
+from topowise.costmodel.kernels import (
+    FP8_CAST_BYTES,
+    SCORE_BACKWARD_BYTES,
+    SCORE_FORWARD_BYTES,
+    SCORE_SAVED_BYTES,
+    all_gather_bytes_per_param,
+    fp8_linear_params,
+    fp8_weight_cast_bytes,
+    loss_chunk_tokens,
+)
+from topowise.costmodel.memory import (
+    CUBLAS_WORKSPACE_BYTES,
+    breakdown_at_peak,
+    fits,
+    pytorch_state_bytes,
+)
 from topowise.costmodel.pipeline import LayerSplit, in_flight, peak_activation_layers, pipeline_time
 from topowise.costmodel.prediction import PhaseCost, Prediction, TimeBreakdown
 from topowise.costmodel.profile import Profile
 from topowise.costmodel.step import (
     ADAMW_FUSED_BYTES_PER_PARAM,
-    LOSS_BYTES_PER_LOGIT,
-    LOSS_FORWARD_BYTES_PER_LOGIT,
+    attention_shares,
     exposed_time,
+    linear_rate,
+    loss_bytes,
+    mfu_peak_flops,
     peak_flops,
 )
 from topowise.costmodel.tensor_parallel import (
@@ -130,15 +147,24 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     rate = peak * profile.compute_efficiency
     tokens = run.micro_batch * run.seq_len // run.cp
     sms = topology.gpu_spec.sms if profile.gemm_form == "tiles" and not profile.peak_flops else 0
-    linears = {n: linear_seconds(o, i, tokens, rate, sms) for n, (o, i) in narrowed_linears(run).items()}
+    at = linear_rate(run, topology, profile) or rate  # the block Linears in fp8 (kernels.py) or bf16
+    linears = {n: linear_seconds(o, i, tokens, at, sms) for n, (o, i) in narrowed_linears(run).items()}
     attention_rate = profile.attention_rate(model.head_dim, run.seq_len, peak, run.micro_batch,
                                             model.num_heads // run.tp) or rate
     attention = attention_flops_per_token(model, run.seq_len) / model.num_layers * tokens / run.tp
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     traffic = profile.compiled_activation_traffic if run.compile else profile.activation_traffic
     elem_f, elem_b = (traffic * x * tokens / run.tp / hbm for x in block_elementwise_bytes(model, False, run.compile))
-    attn_f = FLASH_FORWARD_SHARE * attention / attention_rate
-    attn_b = FLASH_BACKWARD_SHARE * attention / attention_rate
+    cast_f, cast_b = fp8_block_cast_bytes(run, tokens)
+    elem_f, elem_b = elem_f + cast_f / hbm, elem_b + cast_b / hbm
+    if run.attention == "unfused":  # the score GEMMs at the GEMM rate, the scores through HBM (kernels.py)
+        share_f, share_b = attention_shares(run)
+        scores = tokens * model.num_heads // run.tp * run.seq_len
+        attn_f = share_f * attention / rate + SCORE_FORWARD_BYTES * scores / hbm
+        attn_b = share_b * attention / rate + SCORE_BACKWARD_BYTES * scores / hbm
+    else:
+        attn_f = FLASH_FORWARD_SHARE * attention / attention_rate
+        attn_b = FLASH_BACKWARD_SHARE * attention / attention_rate
     tp_ops = tp_block_collectives(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,
                                   tp=run.tp, cp=run.cp, sp=run.sequence_parallel)
     tp_groups = mesh_group_kinds(mesh, "tp", topology)
@@ -162,6 +188,8 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     if run.per_op_checkpointing:
         rerun = ("out",) if model.family == "gpt2" else ("out", "up")
         dx += sum(linears[n][0] for n in rerun) + elem_f
+        if run.attention == "unfused":  # the attention core keeps no scores: rerun (Megatron's selective recompute)
+            dx += attn_f
         rerun_comm, rerun_elem = 0.0, elem_f
     else:
         share = rerun_block_share(run)
@@ -170,6 +198,19 @@ def block_cost(run: Run, topology, profile: Profile, mesh: Mesh) -> tuple[BlockC
     return (BlockCost(forward_s=forward, input_grad_s=dx, weight_grad_s=dw,
                       comm_s=tp_f + tp_b + cp_f + cp_b + rerun_comm, memory_s=elem_f + elem_b + rerun_elem),
             list(tp_fwd + tp_bwd))
+
+
+def fp8_block_cast_bytes(run: Run, tokens: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one block's fp8 casts on one rank, one micro-batch (kernels.py): the narrowed
+    Linears' inputs and output gradients, the weights cast once per micro-batch (with pp FSDP gathers once a step:
+    counted per micro-batch all the same)."""
+    if run.precision != "fp8":
+        return 0.0, 0.0
+    shapes = narrowed_linears(run).values()
+    weights = fp8_weight_cast_bytes(run.model, run.fp8_recipe, run.spec.fsdp, run.shard_size) / run.model.num_layers \
+        / run.tp
+    return (FP8_CAST_BYTES * tokens * sum(i for _, i in shapes) + weights,
+            FP8_CAST_BYTES * tokens * sum(o for o, _ in shapes))
 
 
 def rerun_block_share(run: Run) -> float:
@@ -192,8 +233,8 @@ def head_cost(run: Run, topology, profile: Profile) -> tuple[float, float, float
     f, dx, dw = linear_seconds(model.vocab_size // run.tp, model.hidden_size, tokens, rate, sms)
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     logits = tokens * model.vocab_size / run.tp
-    return (f + LOSS_FORWARD_BYTES_PER_LOGIT * logits / hbm,
-            dx + (LOSS_BYTES_PER_LOGIT - LOSS_FORWARD_BYTES_PER_LOGIT) * logits / hbm, dw)
+    forward, total = loss_bytes(run.loss)
+    return f + forward * logits / hbm, dx + (total - forward) * logits / hbm, dw
 
 
 def stage_params(run: Run, split: LayerSplit, rank: int) -> float:
@@ -227,7 +268,8 @@ def memoized(key: tuple, topology, profile: Profile, compute):
 
 def dp_collectives(run: Run, topology, profile: Profile, mesh: Mesh, local_params: float) -> list[CollectiveCost]:
     """The data-parallel collectives of one optimizer step on one rank's `local_params` (after the tp split)."""
-    return list(memoized(("dp", mesh, run.strategy, run.grad_accum, local_params), topology, profile,
+    return list(memoized(("dp", mesh, run.strategy, run.grad_accum, local_params, run.precision, run.fp8_recipe),
+                         topology, profile,
                          lambda: _dp_collectives(run, topology, profile, mesh, local_params)))
 
 
@@ -240,10 +282,12 @@ def _dp_collectives(run: Run, topology, profile: Profile, mesh: Mesh, local_para
         passes = run.grad_accum if run.pp == 1 else 1
         fsdp = list(mesh_group_kinds(mesh, "fsdp", topology))
         if len(fsdp[0]) > 1:
-            out.append(collective("all_gather", 2 * local_params, "bf16", fsdp[0], topology, passes, FORWARD, profile,
+            gathered = all_gather_bytes_per_param(run) * local_params  # bf16, or the Linears in fp8 (kernels.py)
+            dtype = "bf16" if gathered == 2 * local_params else "fp8"
+            out.append(collective("all_gather", gathered, dtype, fsdp[0], topology, passes, FORWARD, profile,
                                   list(fsdp), unit="stage"))
             if run.pp == 1 and run.spec.reshard_after_forward:
-                out.append(collective("all_gather", 2 * local_params, "bf16", fsdp[0], topology, passes, BACKWARD,
+                out.append(collective("all_gather", gathered, dtype, fsdp[0], topology, passes, BACKWARD,
                                       profile, list(fsdp), unit="stage"))
             out.append(collective("reduce_scatter", 4 * local_params, "fp32", fsdp[0], topology, passes, BACKWARD,
                                   profile, list(fsdp), unit="stage"))
@@ -267,13 +311,30 @@ def activation_bytes_per_layer(run: Run) -> float:
     all-gathered linear inputs with sequence parallel)."""
     model, recompute = run.model, recompute_words(run)
     sp = run.sequence_parallel and run.tp > 1
+    scores = 0.0
+    if run.attention == "unfused" and recompute == "none":  # Korthikanti et al.'s 5 a s^2 b / t (kernels.py)
+        scores = SCORE_SAVED_BYTES * run.micro_batch * run.seq_len // run.cp * model.num_heads / run.tp * run.seq_len
     if model.family == "gpt2":
-        return gpt_activation_terms(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,
-                                    heads=model.num_heads, tp=run.tp, cp=run.cp, sp=sp, recompute=recompute).total
-    return llama_activation_terms(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,
+        return scores + gpt_activation_terms(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,
+                                             heads=model.num_heads, tp=run.tp, cp=run.cp, sp=sp,
+                                             recompute=recompute).total
+    return scores + llama_activation_terms(seq=run.seq_len, micro_batch=run.micro_batch, hidden=model.hidden_size,
                                   heads=model.num_heads, kv_heads=model.num_kv_heads, ffn=model.intermediate_size,
                                   head_dim=model.head_dim, tp=run.tp, cp=run.cp, sp=sp, sp_regather=False,
                                   recompute=recompute).total
+
+
+def loss_bytes_on_rank(run: Run, tokens: int) -> float:
+    """The logits and loss on the last pipeline rank, its vocabulary / tp: plain the fp32 and bf16 logits of every
+    token, chunked the bf16 logits and one chunk's fp32, fused one chunk's bf16 logits, the input gradient and the
+    output weight's gradient (kernels.py)."""
+    vocab, hidden = run.model.vocab_size / run.tp, run.model.hidden_size
+    chunk = loss_chunk_tokens(run.model, tokens, run.loss)
+    if run.loss == "plain":
+        return tokens * vocab * (4 + 2)  # fp32 + bf16 logits
+    if run.loss == "chunked":
+        return tokens * vocab * 2 + chunk * vocab * 4
+    return chunk * vocab * 2 + tokens * hidden * 2 + vocab * hidden * 2
 
 
 def rank_memory(run: Run, split: LayerSplit, profile: Profile, gpu_memory_bytes: int):
@@ -293,12 +354,15 @@ def rank_memory(run: Run, split: LayerSplit, profile: Profile, gpu_memory_bytes:
         else:  # chunks of different sizes: walk the order
             alive = peak_activation_layers(run.pp_schedule, split, run.grad_accum, rank)
         acts = alive * per_layer + rerun
-        logits = tokens * model.vocab_size / run.tp * (4 + 2) if rank == run.pp - 1 else 0.0  # fp32 + bf16 logits
+        logits = loss_bytes_on_rank(run, tokens) if rank == run.pp - 1 else 0.0
         buffers = {}
         if run.spec.fsdp and run.pp > 1:  # torchtitan keeps the stage gathered from forward to backward with pp
             buffers = {"unsharded bf16 params (the stage)": 2 * stage_params(run, split, rank) / run.tp}
         elif run.spec.fsdp:
             buffers = {"unsharded bf16 params (2 blocks)": 2 * 2 * model.layer_params / run.tp}
+            if run.precision == "fp8" and run.fp8_recipe == "rowwise" and run.spec.reshard_after_forward:
+                buffers["fp8 rowwise: gathered bf16 block weights kept for backward"] = \
+                    2.0 * fp8_linear_params(model) / run.tp
         total = sum(state.values()) + acts + logits + sum(buffers.values())
         if best is None or total > best[0]:
             stages = split.stages_of(rank)
@@ -370,7 +434,7 @@ def predict_parallel(run: Run, topology, profile: Profile, exact: bool = True) -
                                     topology.gpus[0].memory_bytes or topology.gpu_spec.memory_bytes)
     tokens_step = run.global_batch * run.seq_len
     per_gpu = tokens_step / step / run.num_gpus
-    peak = peak_flops(topology, profile)
+    peak = mfu_peak_flops(run, topology, profile)
     phases = (PhaseCost("forward", m * rank_fwd, 0.0, 0.0, 0.0), PhaseCost("backward", m * rank_bwd, 0.0, 0.0, 0.0),
               PhaseCost("optimizer", optimizer_s + dp_after, 0.0, dp_after, 0.0))
     bottleneck = topology.bottleneck_gbps(run.gpus)
@@ -391,7 +455,7 @@ def predict_parallel(run: Run, topology, profile: Profile, exact: bool = True) -
         islands_spanned=len(topology.islands_spanned(run.gpus)),
         mfu=training_flops_per_token(model, run.seq_len) * tokens_step / run.num_gpus / step / peak,
         profile_fingerprint=profile.fingerprint, compile_s=profile.compile_s if run.compile else 0.0,
-        mesh=mesh_info,
+        mesh=mesh_info, mfu_peak_flops=peak,
     )
 
 

@@ -70,6 +70,8 @@ class Prediction:
     compile_s: float = 0.0  # compiled: seconds the first step adds, once per launch (not in step_time_s)
     # tp/pp/cp or accumulation (costmodel/parallel.py): degrees, schedule, bubble_s, peak_stage; None otherwise
     mesh: dict | None = None
+    # the peak MFU is over: the dense peak of the precision the block GEMMs run in (0: not said, as a profiled model)
+    mfu_peak_flops: float = 0.0
 
     @property
     def host_bound(self) -> bool:
@@ -93,6 +95,19 @@ class Prediction:
     fabric = property(lambda self: self.run.fabric)
     shard_group_size = property(lambda self: self.run.shard_group_size)
     engine = property(lambda self: self.run.engine)
+
+    @property
+    def mfu_peak_words(self) -> str:
+        """"the fp8 dense peak, 1,979 TFLOP/s": what MFU is a share of; "" where not known."""
+        if not self.mfu_peak_flops:
+            return ""
+        return f"the {self.run.precision} dense peak, {self.mfu_peak_flops / 1e12:,.0f} TFLOP/s"
+
+    def kernels_dict(self) -> dict:
+        """The kernel settings and the peak MFU is over (in --json where a setting is not its default)."""
+        return {"precision": self.run.precision, "fp8_recipe": self.run.fp8_recipe if self.run.precision == "fp8"
+                else None, "loss": self.run.loss, "attention": self.run.attention,
+                "mfu_peak_flops": self.mfu_peak_flops}
 
     def to_dict(self) -> dict:
         """predict --json: model{name, params}, step_time_s, tokens_per_s, time{...}, memory{...}, fits, ..."""
@@ -124,4 +139,5 @@ class Prediction:
             "profile_fingerprint": self.profile_fingerprint,
             "engine": self.engine,
             **({"mesh": self.mesh} if self.mesh is not None else {}),
+            **(self.kernels_dict() if self.run.has_kernel_settings else {}),
         }

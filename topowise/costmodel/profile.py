@@ -63,6 +63,8 @@ class Profile:
 
     # achieved / datasheet bf16 peak: the matmuls' best (gemm_form; all FLOPs if no attention term)
     compute_efficiency: float = _DEFAULT["compute_efficiency"]
+    # achieved / datasheet fp8 dense peak of the fp8 GEMMs (Run.precision "fp8"), in the sense of compute_efficiency
+    fp8_compute_efficiency: float = _DEFAULT["fp8_compute_efficiency"]
     # what compute_efficiency is the rate of: "tiles", a GEMM that fills every wave of its tiles (the block Linears
     # reach a share of it by their shape: gemm.py); "one-rate", every matmul (a file without gemm_form is read so)
     gemm_form: str = _DEFAULT["gemm_form"]
@@ -78,6 +80,8 @@ class Profile:
     latency_s: dict[str, float] = _default_dict("latency_s")  # "NV/all_reduce" -> alpha seconds
     overlap: dict[str, float] = _default_dict("overlap")  # strategy -> share of beside-compute comm hidden
     allocator_slack: float = _DEFAULT["allocator_slack"]  # reserved above allocated, fraction of allocated
+    # the same for FSDP2 (zero2, zero3, hsdp): the reserved figure (memory.reserved_bytes), not the one `fits` reads
+    fsdp_allocator_slack: float = _DEFAULT["fsdp_allocator_slack"]
     cuda_context_bytes: int = _DEFAULT["cuda_context_bytes"]
     memory_headroom: float = _DEFAULT["memory_headroom"]  # fraction of GPU memory left free for `fits`
     peak_flops: float = _DEFAULT["peak_flops"]  # FLOP/s compute_efficiency is relative to; 0: the datasheet bf16 peak

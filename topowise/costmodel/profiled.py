@@ -20,7 +20,7 @@ Another GPU than the one measured: the forward and backward scale by the achieva
 rates and the optimizer step (memory-bound AdamW) by the achievable memory bandwidths. Achievable
 is the datasheet figure (hardware.py) x the fraction the measured GPU reached of its own datasheet
 figure (the profile's matmul_flops and memory_bytes_per_s); for a measured device without a
-datasheet row (a CPU) the cost-model profile's compute_efficiency and hbm_efficiency stand in. Host
+datasheet row the cost-model profile's compute_efficiency and hbm_efficiency stand in. Host
 times are kept (the same host assumed). Such a prediction is an estimate: `scaled_from` says so.
 
 Activation checkpointing, not profiled, is estimated from the per-block figures (`recompute_shares`):
@@ -164,6 +164,7 @@ def predict_profiled(run: Run, topology, profile: Profile) -> Prediction:
     """Step time and memory per GPU of a placed run whose model carries a ModelProfile (see the module
     docstring); `topology` carries the links the run uses."""
     mp = model_profile_of(run)
+    refuse_cpu_profile_for_gpus(mp, topology)
     if run.micro_batch != mp.micro_batch:
         raise UsageError(f"{mp.path} was profiled at micro-batch {mp.micro_batch}, not {run.micro_batch}: give "
                          f"--micro-batch {mp.micro_batch}, or profile again with --micro-batch {run.micro_batch}")
@@ -227,6 +228,19 @@ def predict_profiled(run: Run, topology, profile: Profile) -> Prediction:
         islands_spanned=len(topology.islands_spanned(run.gpus)), mfu=flops / step / peak,
         profile_fingerprint=f"{profile.fingerprint}; {note}" + (f"; {scaled_from}" if scaled_from else ""),
     )
+
+
+def refuse_cpu_profile_for_gpus(mp: ModelProfile, topology) -> None:
+    """A profile measured on the CPU predicts no GPU. Its times do not carry: on a CPU the host does the
+    compute, so each phase's host time is its compute time and the GPU would be predicted waiting for it.
+    Nor does its memory: a CPU has no allocator statistics, so neither the peak nor the activations were
+    measured. Nothing carries: refused (a CPU profile tests the pipeline on the CPU it was made on)."""
+    if mp.device != "cpu" or topology.gpus[0].name.startswith("CPU "):  # the gloo processes of calibrate/machine
+        return
+    raise UsageError(f"{mp.path} was profiled on the CPU (for tests): nothing in it carries to a GPU "
+                     f"({topology.gpu_spec.name}): its times are the CPU's own compute, not a GPU's, and a CPU "
+                     f"measures no activation memory; profile on a GPU: topowise profile --model {mp.model.name} "
+                     "--device cuda --out PROFILE.json")
 
 
 def recompute_shares(run: Run, blocks: int) -> list[float]:
@@ -300,6 +314,11 @@ def require_profile(run: Run) -> Run:
     return run
 
 
+def throughput_unit(accepts, seq_len: int | None) -> str:
+    """What a profiled model's throughput counts: "samples" when it takes no seq_len and counts one token per
+    sample (a recommendation model's ids are not tokens), else "tokens"."""
+    return "samples" if "seq_len" not in tuple(accepts) and (seq_len or 1) == 1 else "tokens"
+
 
 def profiled_summary(prediction: Prediction) -> dict | None:
     """What predict says of a prediction made from a model profile (None for an analytic one): the file,
@@ -308,6 +327,9 @@ def profiled_summary(prediction: Prediction) -> dict | None:
     if mp is None:
         return None
     _, _, scaled = prediction.profile_fingerprint.partition("; estimate: ")
+    unit = throughput_unit(mp.model.accepts, mp.seq_len)
+    counts = (f"; the model takes no tokens: its tokens/s are samples/s ({mp.micro_batch} samples a micro-batch)"
+              if unit == "samples" else "")
     return {"file": mp.path, "device_name": mp.device_name, "profiled_strategy": mp.entry(prediction.strategy)[0],
-            "micro_batch": mp.micro_batch, "seq_len": mp.seq_len, "estimate": bool(scaled),
-            "note": f"estimate: {scaled}" if scaled else f"measured on this GPU model ({mp.device_name})"}
+            "micro_batch": mp.micro_batch, "seq_len": mp.seq_len, "estimate": bool(scaled), "unit": unit,
+            "note": (f"estimate: {scaled}" if scaled else f"measured on this GPU model ({mp.device_name})") + counts}

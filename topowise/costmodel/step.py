@@ -35,6 +35,15 @@ from topowise.costmodel.flops import (
 )
 from topowise.costmodel.gemm import block_linears, block_matmul_seconds
 from topowise.costmodel.host_ops import extra_ops, optimizer_scale, per_op_s
+from topowise.costmodel.kernels import (
+    SCORE_BACKWARD_BYTES,
+    SCORE_FORWARD_BYTES,
+    fp8_activation_cast_bytes_per_token,
+    fp8_peak_flops,
+    fp8_weight_cast_bytes,
+    loss_bytes_per_logit,
+    unfused_score_elements_per_token,
+)
 from topowise.costmodel.memory import (
     activation_bytes_per_token_per_layer,
     autocast_block_cast_params,
@@ -105,14 +114,15 @@ def head_rate(model, rate: float, peak: float) -> float:
     return rate if model.vocab_size % GEMM_ALIGN_ELEMENTS == 0 else min(rate, peak * MISALIGNED_GEMM_EFFICIENCY)
 
 
-def matmul_seconds(run: Run, rate: float, output_rate: float, sms: int) -> tuple[float, float]:
+def matmul_seconds(run: Run, rate: float, output_rate: float, sms: int,
+                   linear_rate: float | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of the matmuls in one step, the backward's with what checkpointing recomputes.
-    Each block Linear's passes at `rate` x the share its shape reaches on `sms` SMs ^ the power limit's exponent
-    (gemm.linear_seconds; every pass at `rate` when sms is 0), the output layer at `output_rate`, the rest of the
-    parameters' FLOPs (norms) at `rate`."""
+    Each block Linear's passes at `linear_rate` (fp8's; default `rate`) x the share its shape reaches on `sms` SMs ^
+    the power limit's exponent (gemm.linear_seconds; every pass at that rate when sms is 0), the output layer at
+    `output_rate`, the rest of the parameters' FLOPs (norms) at `rate`."""
     model, tokens = run.model, run.tokens
     layers, head = model.num_layers, 2.0 * model.hidden_size * model.vocab_size * tokens
-    shapes, linears = block_linears(model), block_matmul_seconds(model, tokens, rate, sms)
+    shapes, linears = block_linears(model), block_matmul_seconds(model, tokens, linear_rate or rate, sms)
     block_flops = 2.0 * tokens * sum(out * inp for out, inp in shapes.values())
     other = 2.0 * flops_params(model) * tokens - head - layers * block_flops
     forward = layers * sum(f for f, _, _ in linears.values()) + head / output_rate + other / rate
@@ -138,10 +148,29 @@ def recompute_flops_per_token(run: Run) -> float:
     model = run.model
     if run.per_op_checkpointing:
         up = 0 if model.family == "gpt2" else model.hidden_size * model.intermediate_size
-        return 2.0 * model.num_layers * (model.num_heads * model.head_dim * model.hidden_size + up)
-    block = 2.0 * model.layer_params + FLASH_FORWARD_SHARE * attention_flops_per_token(model, run.seq_len) \
+        return 2.0 * model.num_layers * (model.num_heads * model.head_dim * model.hidden_size + up) \
+            + recompute_attention_flops_per_token(run)
+    block = 2.0 * model.layer_params + attention_shares(run)[0] * attention_flops_per_token(model, run.seq_len) \
         / model.num_layers
     return checkpointed_blocks(run) * block
+
+
+def attention_shares(run: Run) -> tuple[float, float]:
+    """(forward, backward) shares of attention_flops_per_token the GPU runs: the causal flash kernels' (flops.py), or
+    unfused the full square, forward a third (QK^T, PV), backward two thirds (their four gradient GEMMs)."""
+    if run.attention == "unfused":
+        return 1.0 / 3.0, 2.0 / 3.0
+    return FLASH_FORWARD_SHARE, FLASH_BACKWARD_SHARE
+
+
+def unfused_score_bytes(run: Run) -> tuple[float, float]:
+    """(forward, whole step) HBM bytes of the materialised scores (0 with flash attention): the forward, the backward
+    and the forwards checkpointing reruns (kernels.SCORE_FORWARD_BYTES, SCORE_BACKWARD_BYTES)."""
+    if run.attention != "unfused":
+        return 0.0, 0.0
+    scores = unfused_score_elements_per_token(run.model, run.seq_len) * run.tokens
+    forward = SCORE_FORWARD_BYTES * scores
+    return forward, forward * (1 + rerun_share(run)) + SCORE_BACKWARD_BYTES * scores
 
 
 def rerun_share(run: Run) -> float:
@@ -182,22 +211,28 @@ def checkpointing_host_s(run: Run, profile: Profile, phase: str) -> float:
 
 
 def recompute_attention_flops_per_token(run: Run) -> float:
-    """Of recompute_flops_per_token, the attention's: a causal flash forward per block recomputed whole
-    (per-op selective keeps the attention's output: nothing)."""
+    """Of recompute_flops_per_token, the attention's: its forward per block recomputed whole; per-op selective
+    keeps a flash attention's output (nothing), and reruns an unfused attention's core, which keeps no scores."""
     if run.per_op_checkpointing:
-        return 0.0
-    return checkpointed_blocks(run) * FLASH_FORWARD_SHARE * attention_flops_per_token(run.model, run.seq_len) \
+        return attention_shares(run)[0] * attention_flops_per_token(run.model, run.seq_len) \
+            if run.attention == "unfused" else 0.0
+    return checkpointed_blocks(run) * attention_shares(run)[0] * attention_flops_per_token(run.model, run.seq_len) \
         / run.model.num_layers
 
 
-def head_seconds(model, tokens: int, rate: float, hbm: float) -> tuple[float, float]:
-    """(forward, backward) seconds of the output layer's matmuls (at `rate`: head_rate's) and the fp32 loss
-    over the vocabulary: the forward's last work and the backward's first, before any block's gradient
-    exists."""
+def head_seconds(model, tokens: int, rate: float, hbm: float, loss: str = "plain") -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer's matmuls (at `rate`: head_rate's) and the loss over the
+    vocabulary (fp32 unless fused: loss_bytes): the forward's last work and the backward's first, before any block's
+    gradient exists."""
     matmul = 2.0 * model.vocab_size * model.hidden_size * tokens / rate
     logits = tokens * model.vocab_size
-    return (matmul + LOSS_FORWARD_BYTES_PER_LOGIT * logits / hbm,
-            2 * matmul + (LOSS_BYTES_PER_LOGIT - LOSS_FORWARD_BYTES_PER_LOGIT) * logits / hbm)
+    forward, total = loss_bytes(loss)
+    return matmul + forward * logits / hbm, 2 * matmul + (total - forward) * logits / hbm
+
+
+def loss_bytes(loss: str) -> tuple[float, float]:
+    """(forward, forward + backward) HBM bytes per logit of the run's loss (kernels.loss_bytes_per_logit)."""
+    return loss_bytes_per_logit(loss, LOSS_FORWARD_BYTES_PER_LOGIT, LOSS_BYTES_PER_LOGIT)
 
 
 def exposed_time(hideable_s: float, window_s: float, overlap: float) -> float:
@@ -212,6 +247,30 @@ def peak_flops(topology, profile: Profile) -> float:
     if peak <= 0:
         raise UsageError(f"no datasheet peak for GPU {topology.gpus[0].name!r}: give --profile with a calibrated one")
     return peak
+
+
+def linear_rate(run: Run, topology, profile: Profile) -> float | None:
+    """The block Linears' best rate in fp8 (fp8 peak x Profile.fp8_compute_efficiency); None in bf16 (they run at
+    the bf16 rate)."""
+    if run.precision != "fp8":
+        return None
+    return fp8_peak_flops(topology.gpu_spec) * profile.fp8_compute_efficiency
+
+
+def mfu_peak_flops(run: Run, topology, profile: Profile) -> float:
+    """MFU's denominator: the dense peak of the precision the block GEMMs run in (fp8's with --precision fp8)."""
+    return fp8_peak_flops(topology.gpu_spec) if run.precision == "fp8" else peak_flops(topology, profile)
+
+
+def fp8_cast_bytes(run: Run) -> tuple[float, float]:
+    """(forward, whole step) HBM bytes of fp8's casts and amax (kernels.py): the Linears' inputs in the forward (again
+    in a recompute), their output gradients in the backward, the weights per gather pass (per step under DDP)."""
+    if run.precision != "fp8":
+        return 0.0, 0.0
+    act_f, act_b = (x * run.tokens for x in fp8_activation_cast_bytes_per_token(run.model))
+    weights = fp8_weight_cast_bytes(run.model, run.fp8_recipe, run.spec.fsdp, run.shard_size)
+    passes = 2 if run.spec.reshard_after_forward else 1
+    return act_f + weights, act_f * (1 + rerun_share(run)) + act_b + weights * passes
 
 
 def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
@@ -231,31 +290,40 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     head_matmul = 2.0 * model.hidden_size * model.vocab_size
     slower = head_matmul * (1 / output_rate - 1 / rate)
     sms = topology.gpu_spec.sms if profile.gemm_form == "tiles" and not profile.peak_flops else 0
-    fwd_matmul_s, bwd_matmul_s = matmul_seconds(run, rate, output_rate, sms)
-    forward_s = fwd_matmul_s + FLASH_FORWARD_SHARE * attention / attention_rate * tokens
-    backward_s = bwd_matmul_s + (FLASH_BACKWARD_SHARE * attention + recompute_attention) / attention_rate * tokens
+    fwd_matmul_s, bwd_matmul_s = matmul_seconds(run, rate, output_rate, sms, linear_rate(run, topology, profile))
+    # unfused attention: its score GEMMs at the GEMM rate; flash: the causal kernels at their measured rate
+    attention_at = rate if run.attention == "unfused" else attention_rate
+    share_fwd, share_bwd = attention_shares(run)
+    forward_s = fwd_matmul_s + share_fwd * attention / attention_at * tokens
+    backward_s = bwd_matmul_s + (share_bwd * attention + recompute_attention) / attention_at * tokens
     compute_s = forward_s + backward_s
 
     # memory-bound passes (forward, backward bytes) and the optimizer step
     hbm = hardware.hbm_bytes_per_s(topology.gpu_spec.name) * profile.hbm_efficiency
     local_params = model.params / run.shard_size
-    loss_bytes = LOSS_BYTES_PER_LOGIT * tokens * model.vocab_size
-    fwd_bytes: float = LOSS_FORWARD_BYTES_PER_LOGIT * tokens * model.vocab_size
+    loss_forward, loss_total = loss_bytes(run.loss)
+    loss_step_bytes = loss_total * tokens * model.vocab_size
+    fwd_bytes: float = loss_forward * tokens * model.vocab_size
     if autocast:
         fwd_bytes += AUTOCAST_FORWARD_BYTES_PER_PARAM * model.params
         recast = recast_blocks(run) * autocast_block_cast_params(model)
-        copy_bytes = loss_bytes + AUTOCAST_BYTES_PER_PARAM * model.params + AUTOCAST_FORWARD_BYTES_PER_PARAM * recast
+        copy_bytes = (loss_step_bytes + AUTOCAST_BYTES_PER_PARAM * model.params
+                      + AUTOCAST_FORWARD_BYTES_PER_PARAM * recast)
     else:  # every unit is gathered for the forward; zero3 and hsdp gather the blocks again in backward
         per_gather = FSDP_COPY_OUT_BYTES_PER_PARAM + FSDP_CAST_BYTES_PER_SHARD_PARAM / run.shard_size
         per_step = FSDP_REDUCE_COPY_IN_BYTES_PER_PARAM + (ONE_RANK_REDUCE_SCATTER_BYTES_PER_PARAM
                                                           if run.shard_size == 1 else 0)
         fwd_bytes += per_gather * model.params
         regathered = model.num_layers * model.layer_params if run.spec.reshard_after_forward else 0
-        copy_bytes = loss_bytes + per_gather * (model.params + regathered) + per_step * model.params
+        copy_bytes = loss_step_bytes + per_gather * (model.params + regathered) + per_step * model.params
     # elementwise work inside the blocks (norms, rotary, SwiGLU, residuals, casts), kernel by kernel
     act_fwd, act_bwd = block_elementwise(run, profile, autocast)
     fwd_bytes += act_fwd
     copy_bytes += act_fwd + act_bwd + act_fwd * rerun_share(run)
+    # fp8's casts and amax, unfused attention's scores: memory-bound passes of their own (kernels.py)
+    for forward, step_bytes in (fp8_cast_bytes(run), unfused_score_bytes(run)):
+        fwd_bytes += forward
+        copy_bytes += step_bytes
     memory_bound_s = copy_bytes / hbm
     optimizer_s = ADAMW_FUSED_BYTES_PER_PARAM * local_params / hbm
 
@@ -263,11 +331,11 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
     overlap = profile.overlap.get(run.strategy, 0.0)
     # each phase's compute as a timeline beside its collectives (overlap.py): the output layer and the
     # loss at the forward's end and the backward's start, the blocks between
-    fwd_head, bwd_head = head_seconds(model, tokens, output_rate, hbm)
+    fwd_head, bwd_head = head_seconds(model, tokens, output_rate, hbm, run.loss)
     fwd_total, bwd_total = forward_s + fwd_bytes / hbm, backward_s + (copy_bytes - fwd_bytes) / hbm
     if run.spec.autocast:  # DDP's family: nothing to send in the forward
         fwd_exposed = 0.0
-        scale = rate / attention_rate  # attention's FLOPs in matmul-equivalents, for the timeline's shares
+        scale = rate / attention_at  # attention's FLOPs in matmul-equivalents, for the timeline's shares
         bwd_exposed = ddp_backward(model, run.seq_len, collectives, bwd_total, bwd_head,
                                    (recompute_matmul + scale * recompute_attention) / model.num_layers,
                                    attention_scale=scale).exposed(overlap)
@@ -307,6 +375,7 @@ def predict_pytorch(run: Run, topology, profile: Profile) -> Prediction:
         memory=memory, fits=fits(memory, profile),
         bottleneck_gbps=None if bottleneck == math.inf else bottleneck,
         islands_spanned=len(topology.islands_spanned(run.gpus)),
-        mfu=model_flops / step / peak, profile_fingerprint=profile.fingerprint,
+        mfu=model_flops / step / mfu_peak_flops(run, topology, profile), profile_fingerprint=profile.fingerprint,
+        mfu_peak_flops=mfu_peak_flops(run, topology, profile),
         compile_s=profile.compile_s if run.compile else 0.0,
     )

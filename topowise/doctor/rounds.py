@@ -37,25 +37,25 @@ class SlowNode:
     alone: bool  # True: it fell short with MIN_PARTNERS or more partners, each of which was fine elsewhere
 
 
-def slow_nodes(measured: Mapping[tuple[int, int], float], expected_gbps: float) -> list[SlowNode]:
+def slow_nodes(measured: Mapping[tuple[int, int], float], expected_gbps: float, short: float = SHORT) -> list[SlowNode]:
     """Nodes whose every measured pair fell short. A node short with several partners, each of them
     fine in some other pair, is named alone; a pair short where neither end was seen elsewhere names
     both ends (measure another round to tell them apart)."""
     pairs = {(min(a, b), max(a, b)): gbps for (a, b), gbps in measured.items()}
-    short = {p for p, gbps in pairs.items() if gbps < SHORT * expected_gbps}
+    short_pairs = {p for p, gbps in pairs.items() if gbps < short * expected_gbps}
     partners: dict[int, list[tuple[int, float]]] = {}
     for (a, b), gbps in pairs.items():
         partners.setdefault(a, []).append((b, gbps))
         partners.setdefault(b, []).append((a, gbps))
 
     def sound_elsewhere(node: int, apart_from: int) -> bool:
-        return any((min(node, o), max(node, o)) not in short for o, _ in partners[node] if o != apart_from)
+        return any((min(node, o), max(node, o)) not in short_pairs for o, _ in partners[node] if o != apart_from)
 
     out = []
     for node, seen in sorted(partners.items()):
-        if not all((min(node, o), max(node, o)) in short for o, _ in seen):
+        if not all((min(node, o), max(node, o)) in short_pairs for o, _ in seen):
             continue
         alone = len(seen) >= MIN_PARTNERS and all(sound_elsewhere(o, node) for o, _ in seen)
-        text = ", ".join(f"with node {o}: {gbps:.1f} of {expected_gbps:.1f} GB/s" for o, gbps in seen)
+        text = ", ".join(f"with node {o}: {gbps:.3g} of {expected_gbps:.3g} GB/s" for o, gbps in seen)
         out.append(SlowNode(node=node, evidence=text, alone=alone))
     return out

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from topowise.errors import UsageError
 from topowise.export import accelerate, deepspeed, megatron, slurm, torchrun, torchtitan
-from topowise.export.plan import LaunchPlan, load_plan_file
+from topowise.export.plan import LaunchPlan, PlanSettings, load_plan_file, read_plan
 
-__all__ = ["EXPORTERS", "KINDS", "LaunchPlan", "export_notes", "load_plan_file", "render"]
+__all__ = ["EXPORTERS", "KINDS", "LaunchPlan", "PlanSettings", "export_notes", "load_plan_file", "read_plan", "render"]
 
 EXPORTERS = {
     "torchrun": torchrun.torchrun_script,

@@ -8,14 +8,16 @@ written before "model_spec" name a preset or a config.json, which is loaded agai
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from topowise.errors import UsageError
 from topowise.export.multinode import nccl_network_env
 from topowise.models.spec import load_model
-from topowise.run import Run, Strategy
+from topowise.run import ALIASES, CHECKPOINTING, STRATEGIES, Run, Strategy
 
 if TYPE_CHECKING:
     from topowise.planner.search import Plan, PlanResult
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 
 FORMAT = "topowise.plan"
 VERSION = 1
+# What the torchrun and Slurm exports and `launch` set for the training script (read_plan reads them back)
+STRATEGY_VAR, MICRO_BATCH_VAR, CHECKPOINTING_VAR, PLAN_VAR = (
+    "TOPOWISE_STRATEGY", "TOPOWISE_MICRO_BATCH", "TOPOWISE_CHECKPOINTING", "TOPOWISE_PLAN")
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class LaunchPlan:
     nic_names: tuple[str, ...] = ()  # the node's NICs, for NCCL_IB_HCA where they are RDMA devices
     nccl_algo: str = ""  # across nodes: "ring"/"tree" when the model expects it to beat NCCL's choice (nccl_advice)
     nccl_reason: str = ""  # why NCCL_ALGO is set, or why NCCL is left alone (a comment in the exports)
+    plan_path: str = ""  # where this plan was saved (plan --save-plan, launch --plan): TOPOWISE_PLAN; not in the JSON
 
     def __post_init__(self) -> None:
         if self.nccl_algo not in ("", "ring", "tree"):
@@ -84,6 +90,16 @@ class LaunchPlan:
             env.update(nccl_network_env(self.network, self.nic_names))
         if self.nccl_algo:
             env["NCCL_ALGO"] = f"allreduce:{self.nccl_algo}"  # NCCL's per-collective form (nccl_advice.py)
+        return env
+
+    @property
+    def settings_env(self) -> dict[str, str]:
+        """What the user's script reads back with `topowise.export.read_plan()`: the chosen strategy, micro-batch
+        and checkpointing, and the plan file (everything else) where it was saved."""
+        run = self.run
+        env = {STRATEGY_VAR: run.strategy, MICRO_BATCH_VAR: str(run.micro_batch), CHECKPOINTING_VAR: run.checkpointing}
+        if self.plan_path:
+            env[PLAN_VAR] = self.plan_path
         return env
 
     @property
@@ -219,6 +235,10 @@ class LaunchPlan:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
+    def with_path(self, path: str) -> LaunchPlan:
+        """This plan, saved at `path` (absolute: the ranks may start in another folder)."""
+        return replace(self, plan_path=os.path.abspath(path))
+
 
 def _model_spec(data: dict, where: str) -> dict:
     """The model's shape: "model_spec", or for a plan written before it, the preset or config.json it names."""
@@ -247,3 +267,38 @@ def load_plan_file(path: str) -> LaunchPlan:
     except RecursionError:  # the parser recurses per level
         raise UsageError(f"{path} is not a topowise plan: JSON nested too deeply") from None
     return LaunchPlan.from_dict(data, path)
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What a training script started by `topowise launch` or a torchrun/Slurm export was planned to run."""
+
+    strategy: str  # ddp | zero1 | zero2 | zero3 | hsdp
+    micro_batch: int
+    checkpointing: str  # none | selective | full (torchtitan's activation_checkpoint.mode)
+    plan: LaunchPlan | None = None  # the whole plan (gpus, mesh, prediction) when TOPOWISE_PLAN names its file
+
+
+def read_plan(environ: Mapping[str, str] | None = None) -> PlanSettings | None:
+    """The plan this process was launched with, from TOPOWISE_STRATEGY, TOPOWISE_MICRO_BATCH,
+    TOPOWISE_CHECKPOINTING and TOPOWISE_PLAN (a variable set wins over the plan file, so one can be changed
+    by hand); None when none of them is set (the script was started some other way)."""
+    env = os.environ if environ is None else environ
+    plan = load_plan_file(env[PLAN_VAR]) if env.get(PLAN_VAR) else None
+    given = {k: env[k].strip() for k in (STRATEGY_VAR, MICRO_BATCH_VAR, CHECKPOINTING_VAR) if env.get(k, "").strip()}
+    if plan is None and not given:
+        return None
+    if plan is None and len(given) < 3:
+        missing = [k for k in (STRATEGY_VAR, MICRO_BATCH_VAR, CHECKPOINTING_VAR) if k not in given]
+        raise UsageError(f"{', '.join(given)} set without {', '.join(missing)}: set all three, or {PLAN_VAR}=plan.json")
+    strategy = given.get(STRATEGY_VAR, plan.run.strategy if plan else "").lower()
+    strategy = ALIASES.get(strategy, strategy)
+    if strategy not in STRATEGIES:
+        raise UsageError(f"{STRATEGY_VAR}={strategy!r} is not a strategy; valid: {', '.join(STRATEGIES)}")
+    text = given.get(MICRO_BATCH_VAR, str(plan.run.micro_batch) if plan else "")
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"{MICRO_BATCH_VAR}={text!r} is not a positive whole number")
+    checkpointing = given.get(CHECKPOINTING_VAR, plan.run.checkpointing if plan else "").lower()
+    if checkpointing not in CHECKPOINTING:
+        raise UsageError(f"{CHECKPOINTING_VAR}={checkpointing!r}; valid: {', '.join(CHECKPOINTING)}")
+    return PlanSettings(strategy=strategy, micro_batch=int(text), checkpointing=checkpointing, plan=plan)

@@ -32,10 +32,8 @@ import torch.nn.functional as F
 
 from topowise.measure import steps
 from topowise.measure import strategies as S
-from topowise.measure.train import TrainCase
+from topowise.measure.train import MESH_DIMS, TrainCase
 from topowise.run import Run
-
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # torchtitan's order, outermost first
 
 
 def mesh_shape(run: Run) -> tuple[int, ...]:
@@ -273,7 +271,7 @@ def train_mesh(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
     peaks: list[int] = []
     marks: list[float] = []
     times, losses = steps.timed_steps(case.warmup + case.steps, one_step, device_type == "cuda", peaks, trace_dir,
-                                      marks)
+                                      marks, probe=lambda: probe_groups(mesh, run, rank.device))
     losses = global_losses(losses, last, run, rank.device)
     mine = {"rank": rank.rank, "stages": [index for index, _ in stages], "mesh": coords,
             "step_time_s": statistics.median(times[case.warmup:]),
@@ -287,6 +285,33 @@ def train_mesh(case: TrainCase, rank, trace_dir: str | None = None) -> dict:
               "process_groups": {mesh.get_group(d).group_name: d for d, n in zip(MESH_DIMS, mesh_shape(run)) if n > 1},
               "host_phase_s": steps.host_phases(host[case.warmup:], rank)}
     return steps.step_result(case, rank, times, losses, measured_peak, layout, step_peaks=peaks, marks=marks)
+
+
+PROBE_NUMEL = 1 << 20  # 4 MB of float32: long enough (ms on gloo) that the second probe finds the first running
+PROBE_ROUNDS = 3  # a pair that both landed on one thread (its first done before the second came) is tried again
+
+
+def probe_groups(mesh, run: Run, device) -> None:
+    """Under --trace, before the first step: on each mesh dimension's group, two all-reduces in flight at once,
+    inside a range named topowise.probe.<dimension>. A gloo group runs its collectives on its own two worker
+    threads and its trace events name neither group nor dimension; with the first probe still running, the
+    second goes to the group's other thread, so that the trace reader (topowise.measure.timeline) learns which
+    threads are which dimension's. On NCCL the profiler names each collective's group itself; the probes are
+    then only two small collectives outside the steps."""
+    import torch.distributed as dist
+    from torch.profiler import record_function
+
+    first, second = torch.zeros(PROBE_NUMEL, device=device), torch.zeros(1, device=device)
+    for name, size in zip(MESH_DIMS, mesh_shape(run)):
+        if size == 1:
+            continue
+        group = mesh.get_group(name)
+        with record_function(f"topowise.probe.{name}"):
+            for _ in range(PROBE_ROUNDS):
+                works = [dist.all_reduce(first, group=group, async_op=True),
+                         dist.all_reduce(second, group=group, async_op=True)]
+                for work in works:
+                    work.wait()
 
 
 def make_schedule(run: Run, stages: list[tuple[int, Stage]], mesh, device, loss_fn):

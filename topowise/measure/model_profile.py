@@ -255,9 +255,20 @@ def _state_bytes(model: nn.Module, optimizer) -> dict:
 
 
 def profile_strategy(reference: str, strategy: str, *, micro_batch: int, seq_len: int | None, device: str,
-                     steps: int, warmup: int, compile: bool, wrap_class: str | None, seed: int) -> dict:
-    """One strategy of the profile (see the module docstring)."""
+                     steps: int, warmup: int, compile: bool, wrap_class: str | None, seed: int,
+                     progress=None) -> dict:
+    """One strategy of the profile (see the module docstring). `progress(line)`, if given, hears of each
+    step as it ends (a CPU step can take seconds)."""
     cuda = device == "cuda"
+    total = warmup + steps + (QUEUED_STEPS if cuda else 0) + 1
+    done = [0]
+    began = time.perf_counter()
+
+    def stepped(what: str) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(f"{strategy}: step {done[0]} of {total} ({what}), {time.perf_counter() - began:.1f} s")
+
     gc.collect()  # the previous strategy's model (DDP's reducer holds reference cycles) must be gone
     if cuda:
         torch.cuda.empty_cache()
@@ -275,6 +286,7 @@ def profile_strategy(reference: str, strategy: str, *, micro_batch: int, seq_len
             torch.cuda.reset_peak_memory_stats()
         for _ in range(warmup):
             step()
+            stepped("warm-up")
         if cuda:
             torch.cuda.synchronize()
             first_peak = torch.cuda.max_memory_allocated() - base
@@ -291,6 +303,7 @@ def profile_strategy(reference: str, strategy: str, *, micro_batch: int, seq_len
                 step_s.append(time.perf_counter() - t0)
             host.append(h)
             losses.append(loss)
+            stepped("timed")
             if cuda:  # host-side counters: no wait for the GPU
                 step_peaks.append(torch.cuda.max_memory_allocated())
                 torch.cuda.reset_peak_memory_stats()
@@ -328,6 +341,7 @@ def profile_strategy(reference: str, strategy: str, *, micro_batch: int, seq_len
             issue.append(h)
             hold_s = [2.0 * x + 0.002 for x in h]
             marks_all.append(marks)
+            stepped("per block" if k == queued else "queued")
         if cuda:
             torch.cuda.synchronize()
             gpu = [tuple(e[2 * i].elapsed_time(e[2 * i + 1]) / 1e3 for i in range(3)) for e in gpu]
@@ -362,8 +376,11 @@ def profile_strategy(reference: str, strategy: str, *, micro_batch: int, seq_len
 
 def profile_model(reference: str, *, micro_batch: int, seq_len: int | None, device: str = "cuda",
                   strategies: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3"), steps: int = 5,
-                  warmup: int = 3, compile: bool = False, wrap_class: str | None = None, seed: int = 0) -> dict:
-    """The profile of `reference` on this process's device (CUDA device 0 or the CPU), as a dict."""
+                  warmup: int = 3, compile: bool = False, wrap_class: str | None = None, seed: int = 0,
+                  progress=None) -> dict:
+    """The profile of `reference` on this process's device (CUDA device 0 or the CPU), as a dict; `progress`
+    (a function of one line) hears of every step. A model no strategy could train is refused (UsageError,
+    its first error's first line): there is nothing to write."""
     started = time.perf_counter()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA GPU is visible here: use --device cpu, or a GPU machine")
@@ -379,7 +396,7 @@ def profile_model(reference: str, *, micro_batch: int, seq_len: int | None, devi
             try:
                 results[name] = profile_strategy(reference, name, micro_batch=micro_batch, seq_len=seq_len,
                                                  device=device, steps=steps, warmup=warmup, compile=compile,
-                                                 wrap_class=wrap_class, seed=seed)
+                                                 wrap_class=wrap_class, seed=seed, progress=progress)
             except UsageError:
                 raise
             except Exception as exc:  # noqa: BLE001 - one strategy's failure (OOM, an unsupported op) is its record
@@ -394,6 +411,10 @@ def profile_model(reference: str, *, micro_batch: int, seq_len: int | None, devi
             import torch.distributed as dist
 
             dist.destroy_process_group()
+    if not any(r.get("status", "ok") == "ok" for r in results.values()):
+        name, failed = next(iter(results.items()))
+        raise UsageError(f"--model {reference}: the training step failed under every strategy profiled, so no "
+                         f"profile is written; {name}: {failed['status']}, {failed['error']}")
     return {
         "format": FORMAT, "version": VERSION,
         "model": spec.to_dict(),

@@ -83,7 +83,8 @@ def host_phases(per_step: list[tuple[float, float, float]], rank) -> dict[str, f
 
 
 def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None = None,
-                trace_dir: str | None = None, marks: list | None = None) -> tuple[list[float], list]:
+                trace_dir: str | None = None, marks: list | None = None,
+                probe: Callable[[], None] | None = None) -> tuple[list[float], list]:
     """Run `one_step(step)` (returns the loss tensor) `total` times: per-step seconds and losses.
 
     On CUDA: events around each step, read after one synchronize at the end; the peak-memory
@@ -91,7 +92,8 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
     allocator's counters are host-side: reading them does not wait for the GPU); with `marks`, the
     host's unix time as each step is issued and once more when the GPU has finished the last (the
     window whose GPU clocks the parent keeps: topowise.measure.gpu_clocks). Losses stay tensors
-    (no .item() inside the loop). With `trace_dir`, the steps run under torch.profiler (`_profiled_steps`)."""
+    (no .item() inside the loop). With `trace_dir`, the steps run under torch.profiler (`_profiled_steps`), after
+    `probe()` (inside the profiler, before the first step: what the trace reader needs to name things)."""
     import gc
 
     import torch
@@ -103,12 +105,13 @@ def timed_steps(total: int, one_step: Callable, cuda: bool, peaks: list | None =
     try:
         if not trace_dir:
             return _timed_steps(total, one_step, cuda, peaks, torch, marks)
-        return _profiled_steps(trace_dir, total, one_step, cuda, peaks, torch, marks)
+        return _profiled_steps(trace_dir, total, one_step, cuda, peaks, torch, marks, probe)
     finally:
         gc.enable()
 
 
-def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch, marks=None):
+def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, peaks, torch, marks=None,
+                    probe: Callable[[], None] | None = None):
     """`bench train --trace DIR` (a diagnostic): the steps under torch.profiler; each rank writes its
     operators and CUDA runtime calls by host time to DIR/rank<R>.txt (where the host waits, if it does)
     and the timeline of host calls and GPU kernels to DIR/rank<R>.trace.json.gz (DIR is the
@@ -121,6 +124,8 @@ def _profiled_steps(trace_dir: str, total: int, one_step: Callable, cuda: bool, 
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
+        if probe is not None:
+            probe()
         result = _timed_steps(total, annotated_step, cuda, peaks, torch, marks)
     base = Path(trace_dir) / f"rank{os.environ.get('RANK', '0')}"
     base.parent.mkdir(parents=True, exist_ok=True)

@@ -86,6 +86,7 @@ class Kernel:
     collective: str | None  # None: compute (or a copy); else the NCCL collective
     launch_start: float | None  # the host call that launched it, when the trace links them
     launch_end: float | None
+    dim: str | None = None  # a collective's mesh dimension (tp, pp, ...), when its process group is known
 
 
 @dataclass
@@ -110,6 +111,9 @@ class StepReading:
     wall_s: float
     phases: list[PhaseReading]
     measured_s: float | None = None  # CUDA events (or the host's clock on CPU), the slowest rank
+    # exposed communication by mesh dimension, then collective: {"tp": {"all_reduce": s}, ...}
+    by_dim: dict[str, dict[str, float]] = field(default_factory=dict)
+    idle_s: float | None = None  # a pipeline stage's wait on its neighbours (pipeline_idle_s), mesh runs with pp
 
     @property
     def pieces(self) -> dict[str, float]:
@@ -131,6 +135,11 @@ class StepReading:
             d["measured_s"] = self.measured_s
             d["residual_s"] = self.measured_s - self.wall_s
             d["residual_pct"] = 100 * (self.measured_s - self.wall_s) / self.measured_s if self.measured_s else None
+        if self.by_dim:
+            d["exposed_comm_by_dim"] = self.by_dim
+            d["exposed_comm_by_dim_s"] = {dim: sum(ops.values()) for dim, ops in self.by_dim.items()}
+        if self.idle_s is not None:
+            d["idle_s"] = self.idle_s
         return d
 
 
@@ -177,11 +186,39 @@ def ranges(events: list[dict]) -> tuple[dict[int, Interval], dict[str, list[Inte
     return steps, phases
 
 
-def kernels(events: list[dict]) -> list[Kernel]:
+def group_dim(args: dict, process_groups: dict[str, str]) -> str | None:
+    """The mesh dimension of a collective's process group, from the profiler's record_param_comms arguments:
+    the group's name looked up in the run's map (the record's process_groups), else DeviceMesh's description
+    of its groups, mesh_<dimension>."""
+    name = str(args.get("Process Group Name", ""))
+    if name in process_groups:
+        return process_groups[name]
+    desc = str(args.get("Process Group Description", ""))
+    return desc[len("mesh_"):] if desc.startswith("mesh_") else None
+
+
+def comm_calls(events: list[dict], process_groups: dict[str, str]) -> dict[object, list[tuple[Interval, str]]]:
+    """Per host thread, sorted: the host calls that issue a collective (record_param_comms) whose group's mesh
+    dimension is known, with that dimension."""
+    out: dict[object, list[tuple[Interval, str]]] = {}
+    for e in events:
+        if e.get("name") != "record_param_comms":
+            continue
+        dim = group_dim(e.get("args", {}), process_groups)
+        if dim is not None:
+            out.setdefault(e.get("tid"), []).append((Interval(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))),
+                                                     dim))
+    return {tid: sorted(calls, key=lambda c: c[0].start) for tid, calls in out.items()}
+
+
+def kernels(events: list[dict], process_groups: dict[str, str] | None = None) -> list[Kernel]:
+    """The GPU's kernels, copies and memsets, sorted by start; with `process_groups` (a mesh run's), each NCCL
+    kernel's mesh dimension: that of the record_param_comms call around the host call that launched it."""
     launches = {}
     for e in events:
         if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
-            launches[e["args"]["correlation"]] = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+            launches[e["args"]["correlation"]] = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("tid"))
+    calls = comm_calls(events, process_groups) if process_groups is not None else {}
     out = []
     for e in events:
         if e.get("cat") not in GPU_CATS:
@@ -189,8 +226,9 @@ def kernels(events: list[dict]) -> list[Kernel]:
         start = float(e["ts"])
         launch = launches.get(e.get("args", {}).get("correlation"))
         op = collective_of(e["name"]) if e.get("cat") == "kernel" else None
+        dim = _find(launch[0], calls.get(launch[2], [])) if op and launch else None
         out.append(Kernel(start, start + float(e.get("dur", 0)), op,
-                          launch[0] if launch else None, launch[1] if launch else None))
+                          launch[0] if launch else None, launch[1] if launch else None, dim))
     return sorted(out, key=lambda k: k.start)
 
 
@@ -222,13 +260,25 @@ def overlap(intervals: list[Interval], lo: float, hi: float) -> float:
 def labelled_segments(ks: list[Kernel]) -> list[tuple[Interval, str]]:
     """Disjoint (interval, collective) covering every NCCL kernel's time; where two overlap, the
     instant goes to the one that started first (it was already running)."""
-    out: list[tuple[Interval, str]] = []
+    return [(iv, op) for iv, op, _ in disjoint([(Interval(k.start, k.end), k.collective, k.dim) for k in ks
+                                                 if k.collective])]
+
+
+def disjoint(spans: list[tuple[Interval, str, str | None]]) -> list[tuple[Interval, str, str | None]]:
+    """(interval, collective, mesh dimension) made disjoint, sorted: where two overlap, the instant goes to
+    the one that started first (it was already running)."""
+    out: list[tuple[Interval, str, str | None]] = []
     covered = float("-inf")
-    for k in sorted((k for k in ks if k.collective), key=lambda k: (k.start, k.end)):
-        if k.end > covered:
-            out.append((Interval(max(k.start, covered), k.end), k.collective))
-            covered = k.end
+    for iv, op, dim in sorted(spans, key=lambda s: (s[0].start, s[0].end)):
+        if iv.end > covered:
+            out.append((Interval(max(iv.start, covered), iv.end), op, dim))
+            covered = iv.end
     return out
+
+
+def _add(by_dim: dict[str, dict[str, float]], dim: str | None, op: str, seconds: float) -> None:
+    ops = by_dim.setdefault(dim or "unknown", {})
+    ops[op] = ops.get(op, 0.0) + seconds
 
 
 def _find(t: float, labelled: list[tuple[Interval, object]]):
@@ -238,13 +288,15 @@ def _find(t: float, labelled: list[tuple[Interval, object]]):
 
 
 def split_window(window: Interval, compute: list[Kernel], starts: list[float],
-                 comm: list[tuple[Interval, str]]) -> dict[str, float]:
+                 comm: list[tuple[Interval, str, str | None]],
+                 by_dim: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
     """The window's pieces in microseconds: compute, host_wait, comm:<collective>, other (see the
-    module docstring); `compute` sorted by start, `starts` their start times."""
+    module docstring); `compute` sorted by start, `starts` their start times, `comm` disjoint(). With
+    `by_dim`, the exposed communication is also added there by mesh dimension and collective (microseconds)."""
     busy = union([Interval(max(k.start, window.start), min(k.end, window.end))
                   for k in compute if k.end > window.start and k.start < window.end])
     pieces = {"compute": sum(iv.end - iv.start for iv in busy), "host_wait": 0.0}
-    comm_ends = [seg.end for seg, _ in comm]  # disjoint and sorted: the ends are sorted too
+    comm_ends = [seg.end for seg, _, _ in comm]  # disjoint and sorted: the ends are sorted too
     other = 0.0
     cursor = window.start
     for iv in busy + [Interval(window.end, window.end)]:
@@ -258,11 +310,13 @@ def split_window(window: Interval, compute: list[Kernel], starts: list[float],
             rest = iv.start - lo
             j = bisect.bisect_right(comm_ends, lo)  # the first segment still running after lo
             while j < len(comm) and comm[j][0].start < iv.start:
-                seg, op = comm[j]
+                seg, op, dim = comm[j]
                 c = max(0.0, min(seg.end, iv.start) - max(seg.start, lo))
                 if c > 0:
                     pieces[f"comm:{op}"] = pieces.get(f"comm:{op}", 0.0) + c
                     rest -= c
+                    if by_dim is not None:
+                        _add(by_dim, dim, op, c)
                 j += 1
             other += rest
         cursor = max(cursor, iv.end)
@@ -289,12 +343,18 @@ def _bounds(firsts: list[float | None], start: float, end: float) -> list[float]
     return [*edges, end]
 
 
-def read_trace(events: list[dict], skip: int = 0) -> TraceReading:
-    """Every step from `skip` on (the warm-up steps left out), partitioned as the module docstring says."""
+def read_trace(events: list[dict], skip: int = 0, process_groups: dict[str, str] | None = None,
+               pipelined: bool = False) -> TraceReading:
+    """Every step from `skip` on (the warm-up steps left out), partitioned as the module docstring says.
+    A mesh run's (`process_groups`: its map of group name to mesh dimension, possibly empty): each step's
+    exposed communication by mesh dimension too; `pipelined` (pp > 1): each step's idle time on the pipeline."""
     steps, phases = ranges(events)
-    ks = kernels(events)
+    ks = kernels(events, process_groups)
     if not ks:
-        return _read_host_only(steps, phases, skip)
+        reading = _read_host_only(steps, phases, skip)
+        if process_groups is not None:
+            host_comm_by_dim(events, reading, pipelined)
+        return reading
     by_step: dict[int, dict[str, list[Kernel]]] = {}
     step_ivs = sorted(((iv, n) for n, iv in steps.items()), key=lambda x: x[0].start)
     phase_ivs = sorted(((iv, p) for p, ivs in phases.items() for iv in ivs), key=lambda x: x[0].start)
@@ -308,7 +368,7 @@ def read_trace(events: list[dict], skip: int = 0) -> TraceReading:
     firsts = {n: min(k.start for mine in by_step[n].values() for k in mine) for n in order}
     compute = [k for k in ks if k.collective is None]
     starts = [k.start for k in compute]
-    comm = labelled_segments(ks)
+    comm = disjoint([(Interval(k.start, k.end), k.collective, k.dim) for k in ks if k.collective])
     blocked = blocked_calls(events)
     reading = TraceReading("gpu")
     for i, n in enumerate(order):
@@ -318,21 +378,91 @@ def read_trace(events: list[dict], skip: int = 0) -> TraceReading:
         end = firsts[order[i + 1]] if i + 1 < len(order) else max(k.end for ps in mine.values() for k in ps)
         bounds = _bounds([min((k.start for k in mine.get(p, [])), default=None) for p in PHASES], firsts[n], end)
         rows = []
+        by_dim: dict[str, dict[str, float]] | None = {} if process_groups is not None else None
         for j, p in enumerate(PHASES):
             lo, hi = bounds[j], bounds[j + 1]
             window = Interval(lo, hi)
-            pieces = split_window(window, compute, starts, comm)
+            pieces = split_window(window, compute, starts, comm, by_dim)
             host_iv = next((iv for iv in phases[p] if steps[n].start <= iv.start < steps[n].end), None)
             leads = [k.start - k.launch_start for k in mine.get(p, [])
                      if k.collective is None and k.launch_start is not None]
             rows.append(PhaseReading(
                 p, (hi - lo) / 1e6, {k: v / 1e6 for k, v in pieces.items()},
                 host_s=(host_iv.end - host_iv.start) / 1e6 if host_iv else 0.0,
-                nccl_s=sum(max(0.0, min(s.end, hi) - max(s.start, lo)) for s, _ in comm) / 1e6,
+                nccl_s=sum(max(0.0, min(s.end, hi) - max(s.start, lo)) for s, _, _ in comm) / 1e6,
                 lead_s=(statistics.median(leads) if leads else 0.0) / 1e6,
                 blocked_s=overlap(blocked, host_iv.start, host_iv.end) / 1e6 if host_iv else 0.0))
-        reading.steps.append(StepReading(n, (end - firsts[n]) / 1e6, rows))
+        step = StepReading(n, (end - firsts[n]) / 1e6, rows)
+        if by_dim is not None:
+            step.by_dim = {d: {op: v / 1e6 for op, v in ops.items()} for d, ops in by_dim.items()}
+        if pipelined:  # not computing, nor exposed in another dimension's collectives: waiting on the pipeline
+            step.idle_s = step.wall_s - step.pieces.get("compute", 0.0) - sum(
+                sum(ops.values()) for d, ops in step.by_dim.items() if d != "pp")
+        reading.steps.append(step)
     return reading
+
+
+COMM_PREFIXES = ("c10d::", "_c10d_functional::", "gloo:", "nccl:", "record_param_comms")
+PROBE = re.compile(r"^topowise\.probe\.(\w+)$")
+P2P_OPS = ("send", "recv")
+
+
+def host_comm_by_dim(events: list[dict], reading: TraceReading, pipelined: bool) -> None:
+    """A CPU (gloo) trace's exposed communication by mesh dimension, into each step of `reading`.
+
+    A gloo collective is a gloo:<op> range on one of its group's worker threads (a send or receive: on the
+    calling thread); it is exposed where the main thread runs no operator other than a communication one (it
+    waits). Its dimension: that of the topowise.probe.<dimension> range during which its thread first ran
+    (topowise.measure.model_parallel.probe_groups; a thread no probe ran is the other thread of the one dimension
+    with a single thread found, when there is one such thread and dimension), and a send or receive on the main
+    thread is the pipeline's
+    (the only point-to-point user of the mesh); anything else is "unknown". With `pipelined`, a stage's idle
+    time is its exposed pipeline communication: the main thread blocked on its neighbours."""
+    steps, _ = ranges(events)
+    main = next((e.get("tid") for e in events if e.get("cat") == "user_annotation" and STEP.match(e["name"])), None)
+    probes = sorted(((Interval(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))), m.group(1))
+                     for e in events if e.get("tid") == main and (m := PROBE.match(e.get("name", "")))),
+                    key=lambda p: p[0].start)
+    gloo = [e for e in events if e.get("name", "").startswith("gloo:")]
+    thread_dim: dict[object, str] = {}
+    for e in sorted(gloo, key=lambda e: float(e["ts"])):
+        dim = _find(float(e["ts"]), probes)
+        if e.get("tid") != main and dim is not None:
+            thread_dim.setdefault(e.get("tid"), dim)
+    # a group has two worker threads: where the probes found one thread of a single dimension only, a worker
+    # thread no probe ran is that dimension's other one
+    unmapped = {e.get("tid") for e in gloo if e.get("tid") != main} - set(thread_dim)
+    short = [d for d in {d for _, d in probes} if list(thread_dim.values()).count(d) == 1]
+    if len(unmapped) == 1 and len(short) == 1:
+        thread_dim[unmapped.pop()] = short[0]
+    spans = []
+    for e in gloo:
+        op = e["name"][len("gloo:"):]
+        dim = thread_dim.get(e.get("tid")) if e.get("tid") != main else ("pp" if op in P2P_OPS else None)
+        spans.append((Interval(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))), op, dim))
+    comm = disjoint(spans)
+    busy = union([iv for iv, name in _leaves([e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"])
+                  if not name.startswith(COMM_PREFIXES)])
+    for step in reading.steps:
+        window = steps[step.step]
+        by_dim: dict[str, dict[str, float]] = {}
+        for seg, op, dim in comm:
+            lo, hi = max(seg.start, window.start), min(seg.end, window.end)
+            if hi > lo:
+                exposed = (hi - lo) - overlap(busy, lo, hi)
+                if exposed > 0:
+                    _add(by_dim, dim, op, exposed / 1e6)
+        step.by_dim = by_dim
+        if pipelined:
+            step.idle_s = sum(by_dim.get("pp", {}).values())
+
+
+def _leaves(ops: list[dict]) -> list[tuple[Interval, str]]:
+    """(interval, name) of the operators that hold no other (on one thread, ranges nest): where work runs, or
+    where a wrapper (a DTensor redistribution) waits inside its collective."""
+    ivs = sorted(((Interval(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))), e["name"]) for e in ops),
+                 key=lambda x: (x[0].start, -x[0].end))
+    return [x for i, x in enumerate(ivs) if i + 1 == len(ivs) or ivs[i + 1][0].start >= x[0].end]
 
 
 def _read_host_only(steps: dict[int, Interval], phases: dict[str, list[Interval]], skip: int) -> TraceReading:
@@ -383,10 +513,13 @@ def breakdown(folder: str | Path, record: dict) -> dict:
     bench train record (warm-up steps, measured step times, the prediction)."""
     warmup = int(record.get("warmup", 0))
     measured = record.get("step_times_s") or []
+    mesh = record.get("mesh")
+    groups = dict(record.get("process_groups") or {}) if mesh else None
+    pipelined = bool(mesh and mesh.get("pp", 1) > 1)
     ranks, mode = {}, None
     for rank, path in rank_traces(folder).items():
         try:
-            reading = read_trace(load_events(path), skip=warmup)
+            reading = read_trace(load_events(path), skip=warmup, process_groups=groups, pipelined=pipelined)
         except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
             ranks[str(rank)] = {"trace": path.name, "error": f"not a profiler trace ({type(exc).__name__}: {exc})"}
             continue
@@ -407,6 +540,11 @@ def breakdown(folder: str | Path, record: dict) -> dict:
     if medians:  # the slowest rank's median step: the measured step is the slowest rank's too
         rank, step = max(medians.items(), key=lambda kv: kv[1]["wall_s"])
         doc["median_step"] = dict(step, rank=int(rank))
+    if mesh and medians:
+        doc["exposed_comm_by_dim_s"] = {r: m.get("exposed_comm_by_dim_s", {}) for r, m in medians.items()}
+        bubble = pipeline_bubble(medians, record)
+        if bubble:
+            doc["pipeline_bubble"] = bubble
     pred = _predicted(record.get("predicted") or {})
     if pred:
         doc["predicted"] = pred
@@ -415,6 +553,47 @@ def breakdown(folder: str | Path, record: dict) -> dict:
     elif (record.get("predicted") or {}).get("note"):
         doc["predicted"] = {"note": record["predicted"]["note"]}
     return doc
+
+
+BUBBLE_NOTE = ("measured: a stage's idle time in its ranks' median step (the step's window less compute and less the "
+               "other dimensions' exposed communication; on a CPU trace, its exposed pipeline sends and receives), "
+               "the median over the stage's ranks; predicted: the cost model's replay of the same schedule "
+               "(topowise.costmodel.pipeline.simulate) with each stage's measured busy time per micro-batch, split "
+               "forward 1 : backward 2, sends free; closed form: the bubble fraction of equal stages")
+
+
+def pipeline_bubble(medians: dict[str, dict], record: dict) -> dict | None:
+    """Per pipeline stage (pp rank): the idle time measured in the median step beside the cost model's replay of
+    the same schedule on the measured busy times (BUBBLE_NOTE); None without a stage's reading."""
+    from topowise.costmodel.pipeline import pipeline_time, simulate
+
+    pp, m = int(record["mesh"]["pp"]), int(record.get("grad_accum", 1))
+    v = max(1, len(record["layer_split"]) // pp) if record.get("layer_split") else 1
+    schedule = record.get("pp_schedule") or "1f1b"
+    stage_of = {str(r["rank"]): r["mesh"]["pp"] for r in record.get("ranks") or []}
+    idle: dict[int, list[float]] = {}
+    wall: dict[int, list[float]] = {}
+    for rank, step in medians.items():
+        if rank in stage_of and step.get("idle_s") is not None:
+            idle.setdefault(stage_of[rank], []).append(step["idle_s"])
+            wall.setdefault(stage_of[rank], []).append(step["wall_s"])
+    if sorted(idle) != list(range(pp)):
+        return None
+    measured = [statistics.median(idle[s]) for s in range(pp)]
+    walls = [statistics.median(wall[s]) for s in range(pp)]
+    busy = [max(0.0, w - i) for w, i in zip(walls, measured)]
+    per_chunk = [busy[s % pp] / (m * v) for s in range(pp * v)]  # virtual stage s sits on pp rank s % pp
+    sim = simulate(schedule, pp, m, v, forward_s=[c / 3 for c in per_chunk], backward_s=[2 * c / 3 for c in per_chunk])
+    closed = pipeline_time(schedule, pp, m, v)
+    stages = [{"stage": s, "ranks": sorted(int(r) for r, st in stage_of.items() if st == s),
+               "step_s": walls[s], "busy_s": busy[s], "idle_s": measured[s],
+               "idle_fraction": measured[s] / walls[s] if walls[s] else None,
+               "predicted_idle_s": sim.timelines[s].idle_s,
+               "predicted_idle_fraction": sim.timelines[s].idle_s / sim.step_s if sim.step_s else None}
+              for s in range(pp)]
+    return {"schedule": schedule, "pp": pp, "microbatches": m, "virtual_stages": v, "stages": stages,
+            "predicted_step_s": sim.step_s, "closed_form_bubble_fraction": closed.bubble_fraction,
+            "note": BUBBLE_NOTE}
 
 
 def compare(step: dict, pred: dict) -> dict:
@@ -522,10 +701,43 @@ def summary_lines(doc: dict) -> list[str]:
     if step.get("measured_s"):
         lines.append(f"  step {1e3 * step['wall_s']:.2f} ms from the trace, {1e3 * step['measured_s']:.2f} measured "
                      f"(residual {step['residual_pct']:+.1f}%)")
+    lines += dim_lines(doc)
     cmp = (doc.get("compared") or {}).get("step")
     if cmp and cmp["exposed_comm_s"]["predicted"] is not None:
         lines.append(f"  exposed comm {1e3 * cmp['exposed_comm_s']['measured']:.2f} ms measured, "
                      f"{1e3 * cmp['exposed_comm_s']['predicted']:.2f} predicted; host wait "
                      f"{1e3 * cmp['host_wait_s']['measured']:.2f} measured, "
                      f"{1e3 * (cmp['host_wait_s']['predicted'] or 0):.2f} predicted")
+    return lines
+
+
+DIM_ORDER = ("tp", "cp", "pp", "dp_shard", "dp_replicate")  # printed in this order; others after, sorted
+
+
+def dim_lines(doc: dict) -> list[str]:
+    """A mesh run's exposed communication by mesh dimension, ms, one row per rank (its median step), and the
+    pipeline's idle time per stage, measured beside predicted."""
+    by_rank = doc.get("exposed_comm_by_dim_s")
+    if not by_rank:
+        return []
+    seen = {d for dims in by_rank.values() for d in dims}
+    dims = [d for d in DIM_ORDER if d in seen] + sorted(seen - set(DIM_ORDER))
+    lines = ["  exposed communication by mesh dimension, ms (each rank's median step)",
+             "  " + f"{'rank':<6}" + "".join(f"{d:>13}" for d in dims) + f"{'step':>10}"]
+    for rank, values in sorted(by_rank.items(), key=lambda kv: int(kv[0])):
+        wall = doc["ranks"][rank]["median_step"]["wall_s"]
+        lines.append("  " + f"{rank:<6}" + "".join(f"{1e3 * values.get(d, 0.0):13.2f}" for d in dims)
+                     + f"{1e3 * wall:10.2f}")
+    if not dims:
+        lines.append("  (none exposed)")
+    bubble = doc.get("pipeline_bubble")
+    if bubble:
+        lines.append(f"  pipeline bubble ({bubble['schedule']}, pp {bubble['pp']}, {bubble['microbatches']} "
+                     f"micro-batches): idle ms per stage, measured vs the schedule's replay on the measured busy "
+                     f"times (closed form {100 * bubble['closed_form_bubble_fraction']:.1f}% for equal stages)")
+        for st in bubble["stages"]:
+            lines.append(f"    stage {st['stage']} (ranks {','.join(map(str, st['ranks']))}): idle "
+                         f"{1e3 * st['idle_s']:.2f} ms measured ({100 * (st['idle_fraction'] or 0):.1f}% of "
+                         f"{1e3 * st['step_s']:.2f}), {1e3 * st['predicted_idle_s']:.2f} predicted "
+                         f"({100 * (st['predicted_idle_fraction'] or 0):.1f}%)")
     return lines

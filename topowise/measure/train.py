@@ -18,6 +18,7 @@ import datetime
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -98,6 +99,8 @@ class TrainRequest:
     trace: str | None = None  # the steps under torch.profiler (or nsys): DIR/<strategy>/ per strategy
     nsys: bool = False  # --trace nsys[:DIR]: the ranks run under `nsys profile` instead of torch.profiler
     pin_cpus: bool = False  # each rank's threads on its own slice of the CPUs
+    # strategy -> why it is not launched: the memory it would need, with the arithmetic (memory_refusals)
+    refused: dict[str, str] = field(default_factory=dict)
 
     @property
     def spec(self) -> ModelSpec:
@@ -179,9 +182,11 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                  fabric: str = "nvlink", device: str | None = None, nproc: int | None = None,
                  shard_group_size: int | None = None, timeout_s: float = 600.0, out: str | None = None,
                  seed: int = 0, lr: float = TrainCase.lr, engine: str = "pytorch", trace: str | None = None,
-                 pin_cpus: bool = False, mesh: dict | None = None) -> TrainRequest:
+                 pin_cpus: bool = False, mesh: dict | None = None, check_memory: bool = True) -> TrainRequest:
     """Validate every flag once, with the arithmetic in the message; decide devices and hsdp groups.
-    `mesh`: the Run keywords tp, pp, cp, pp_schedule, virtual_stages, grad_accum, sequence_parallel."""
+    `mesh`: the Run keywords tp, pp, cp, pp_schedule, virtual_stages, grad_accum, sequence_parallel.
+    With `check_memory`, a strategy the cost model says cannot fit is not launched (memory_refusals; when none
+    fits, `refuse_if_none_fits` says each one's arithmetic)."""
     from topowise.measure.machine import live_islands
     from topowise.measure.rank import cuda_device_count
 
@@ -228,8 +233,97 @@ def make_request(*, model: str, strategies: str, micro_batch: int = 1, seq_len: 
                   steps=steps, warmup=warmup, device=device, seed=seed, lr=lr)
         for name in names)
     trace, nsys = parse_trace(trace)
+    # inside a torchrun/srun job the ranks are running already, and each would read the free memory at its own
+    # moment: ranks that decided differently would wait on each other for ever
+    refused = memory_refusals(cases, nproc, device) if check_memory and not launcher.in_job() else {}
     return TrainRequest(cases=cases, nproc=nproc, timeout_s=timeout_s, out=out, hsdp_note=note, trace=trace,
-                        nsys=nsys, pin_cpus=pin_cpus)
+                        nsys=nsys, pin_cpus=pin_cpus, refused=refused)
+
+
+def refuse_if_none_fits(request: TrainRequest) -> None:
+    """A UsageError, with each strategy's arithmetic, when memory_refusals refused every case: nothing to launch."""
+    if request.refused and len(request.refused) == len(request.cases):
+        raise UsageError("no strategy fits this machine's memory, so none is launched: "
+                         + "; ".join(f"{name}: {why}" for name, why in request.refused.items())
+                         + " (a smaller --seq-len or --micro-batch, more processes with zero3, --tp or --pp; "
+                           "--no-memory-check launches anyway)")
+
+
+# A rank's resident memory besides its model: the interpreter, torch and gloo. 410-430 MiB measured per rank of a
+# 4-process CPU run of the tiny model under --trace (torch 2.13; peak_rss_bytes in
+# tests/data/records/2026-12-05-cpu/mesh-trace/train.jsonl).
+RANK_BASE_BYTES = 450 * 2**20
+
+
+def rank_bytes(case: TrainCase) -> int | None:
+    """The cost model's bytes allocated on the heaviest rank of `case` at its peak (its first steps' extra
+    included), or None for what it does not price here (a module:function model, DeepSpeed)."""
+    from topowise.costmodel.memory import estimate_memory
+    from topowise.costmodel.parallel import rank_memory
+    from topowise.costmodel.profile import default_profile
+
+    run = case.run
+    if run.model.family == "callable" or run.engine != "pytorch":
+        return None
+    if run.has_mesh:
+        memory, _ = rank_memory(run, run.layer_split, default_profile(), gpu_memory_bytes=0)
+        # every rank builds the whole model in fp32 before cutting its stages (model_parallel.build_stages)
+        return int(max(memory.allocated_bytes, 4 * run.model.params))
+    memory = estimate_memory(run, gpu_memory_bytes=0, profile=default_profile())
+    return memory.allocated_bytes + memory.first_steps_extra_bytes
+
+
+def available_memory_bytes() -> int | None:
+    """What this machine can still give its processes: MemAvailable (Linux), else the free pages; None unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gpu_memory_bytes() -> int | None:
+    """One GPU's memory from NVML (no CUDA context in this process), None when it cannot be read."""
+    from topowise.measure.machine import live_topology
+
+    topo = live_topology()
+    return (topo.gpus[0].memory_bytes or None) if topo is not None and topo.gpus else None
+
+
+def memory_refusals(cases: tuple[TrainCase, ...], nproc: int, device: str, *, available: int | None = None,
+                    gpu_memory: int | None = None) -> dict[str, str]:
+    """strategy -> why it is not launched, for each case whose cost-model memory cannot fit. On a CPU the
+    ranks on this machine share its memory: nproc x (heaviest rank + RANK_BASE_BYTES) against what is
+    available (a CPU run past it is swapped or killed, minutes later); on a GPU the heaviest rank's allocated
+    bytes alone (no allocator slack, no CUDA context: a floor) against one GPU's memory, for a mesh run only: a
+    data-parallel strategy's out-of-memory on a GPU is raised within seconds and recorded as a result (the
+    memory model's calibration rests on such records). What cannot be read refuses nothing."""
+    gib = 2**30
+    out = {}
+    if device == "cpu":
+        available = available_memory_bytes() if available is None else available
+    else:
+        gpu_memory = gpu_memory_bytes() if gpu_memory is None else gpu_memory
+    for case in cases:
+        need = rank_bytes(case)
+        if need is None:
+            continue
+        if device == "cpu" and available:
+            total = nproc * (need + RANK_BASE_BYTES)
+            if total > available:
+                out[case.run.strategy] = (
+                    f"{nproc} ranks x ({need / gib:.2f} GiB estimated for the heaviest rank + "
+                    f"{RANK_BASE_BYTES / gib:.2f} GiB interpreter and torch) = {total / gib:.2f} GiB > "
+                    f"{available / gib:.2f} GiB available")
+        elif device == "cuda" and case.run.has_mesh and gpu_memory and need > gpu_memory:
+            out[case.run.strategy] = (f"{need / gib:.2f} GiB estimated for the heaviest rank (allocated, before "
+                                      f"allocator slack and the CUDA context) > {gpu_memory / gib:.2f} GiB on one GPU")
+    return out
 
 
 def check_mesh_on(spec: ModelSpec, device: str, mesh: dict) -> None:
@@ -305,7 +399,9 @@ def bench_train(request: TrainRequest, expect: Callable[[TrainCase], Expected] |
     for case in request.cases:
         if on_event:
             on_event("start", case, None)
-        result = run_one(case, request, entry)
+        why = request.refused.get(case.run.strategy)
+        result = ({"status": "oom", "refused_before_launch": True, "error": f"not launched: {why}"} if why
+                  else run_one(case, request, entry))
         if case.run.spec.replicated and request.hsdp_note:
             result = dict(result, note=request.hsdp_note)
         record = make_record(case, result, expect(case) if expect else Expected())
@@ -315,7 +411,9 @@ def bench_train(request: TrainRequest, expect: Callable[[TrainCase], Expected] |
             if not request.nsys and record["status"] == "ok":
                 from topowise.measure.timeline import write_breakdown
 
-                write_breakdown(folder, record)  # DIR/<strategy>/breakdown.json and .png
+                doc = write_breakdown(folder, record)  # DIR/<strategy>/breakdown.json and .png
+                # a mesh run's: exposed communication by mesh dimension per rank, the pipeline's idle time per stage
+                record.update({k: doc[k] for k in ("exposed_comm_by_dim_s", "pipeline_bubble") if k in doc})
         if request.out and is_reporting_rank():
             append_record(request.out, record)
         records.append(record)
@@ -357,6 +455,11 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
                 rc = launch_once()
         ok = tmp_path / "rank0.json"
         failures = sorted(tmp_path.glob("rank*.failed.json"))
+        killed = killed_ranks(_read(log)) if rc != 0 else {}
+        if killed and rc != launcher.TIMED_OUT:  # the others' errors (a closed connection) followed from it
+            rank, signal = next(iter(killed.items()))
+            return {"status": "error", **rank_place(case.run, rank), "exit_signal": signal, "log_tail": _tail(log),
+                    "error": f"rank {rank}{place_words(case.run, rank)} was killed by {signal_words(signal)}"}
         if rc == launcher.TIMED_OUT:
             return {"status": "timeout", "log_tail": _tail(log),
                     "error": f"did not finish within {request.timeout_s:g} s (--timeout); stopped after "
@@ -364,7 +467,8 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
         if failures:  # oom on any rank makes the case oom
             found = [json.loads(f.read_text()) for f in failures]
             worst = next((f for f in found if f["status"] == "oom"), found[0])
-            return dict(worst, log_tail=_tail(log))
+            place = rank_place(case.run, worst["rank"]) if isinstance(worst.get("rank"), int) else {}
+            return dict(worst, **place, log_tail=_tail(log))
         note = {"launch_note": "relaunched once: a rank failed to join the process group"} if relaunched else {}
         if rc == 0 and ok.is_file():
             result = dict(json.loads(ok.read_text()), **note)
@@ -374,10 +478,73 @@ def run_one(case: TrainCase, request: TrainRequest, entry: str = RANK_ENTRY) -> 
                 "error": f"the ranks exited with status {rc} and left no result (a crash: see log_tail)"}
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # the mesh's dimensions, outermost first (torchtitan's)
+
+
+def mesh_coordinates(run: Run, rank: int) -> dict[str, int]:
+    """Where global rank `rank` sits in the mesh: init_device_mesh lays the ranks out row-major over MESH_DIMS."""
+    shape = (run.pp, run.dp_replicate, run.dp_shard, run.cp, run.tp)
+    coords = {}
+    for name, size in reversed(list(zip(MESH_DIMS, shape))):
+        rank, coords[name] = divmod(rank, size)
+    return {name: coords[name] for name in MESH_DIMS}
+
+
+def rank_place(run: Run, rank: int) -> dict:
+    """A failed rank's record fields: the rank, and on a mesh its coordinates and pipeline stages."""
+    if not run.has_mesh:
+        return {"failed_rank": rank}
+    coords = mesh_coordinates(run, rank)
+    return {"failed_rank": rank, "failed_mesh": coords, "failed_stages": list(run.layer_split.stages_of(coords["pp"]))}
+
+
+def place_words(run: Run, rank: int) -> str:
+    """' (pipeline stage 1, tp 0)': a rank's place, in words, for a message; '' without a mesh."""
+    if not run.has_mesh:
+        return ""
+    coords = mesh_coordinates(run, rank)
+    stages = run.layer_split.stages_of(coords["pp"])
+    parts = ([f"pipeline stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))}"] if run.pp > 1 else [])
+    parts += [f"{name} {coords[name]}" for name in ("tp", "cp", "dp_shard", "dp_replicate")
+              if getattr(run, name) > 1]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+# torchrun's failure summary, one block per failed rank: "rank : 3 (local_rank: 3)" then "exitcode : -9 (pid: ...)"
+_EXIT = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
+SIGTERM = 15  # what torchrun sends the surviving ranks once one has failed
+
+
+def killed_ranks(log: str) -> dict[int, int]:
+    """rank -> signal, for the ranks a signal ended (torchrun's summary: a negative exit code), other than the
+    SIGTERM torchrun itself sends the survivors; in rank order."""
+    found = {int(r): -int(code) for r, code in _EXIT.findall(log) if int(code) < 0 and -int(code) != SIGTERM}
+    return dict(sorted(found.items()))
+
+
+def signal_words(signal: int) -> str:
+    """A signal in words, with what usually sends it."""
+    import signal as signals
+
     try:
-        text = path.read_text(errors="replace")
+        name = signals.Signals(signal).name
+    except ValueError:
+        name = f"signal {signal}"
+    if signal == 9:
+        return f"{name}: likely out of memory (the kernel's OOM killer sends SIGKILL)"
+    return name
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
     except OSError:
+        return ""
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = _read(path)
+    if not text:
         return ""
     noise = ("W1", "I1", "[W", "*****", "Setting OMP_NUM_THREADS")
     kept = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(noise)]
@@ -465,8 +632,9 @@ def make_record(case: TrainCase, result: dict, expected: Expected | None = None)
     if run.spec.replicated:
         record["shard_group_size"] = result.get("shard_group_size", run.shard_group_size)
         record["replicas"] = result.get("replicas", world_size // (run.shard_group_size or world_size))
-    for key in ("error", "oom_requested_bytes", "log_tail", "note", "launch_note", "deepspeed_version",
-                "deepspeed_config", "nodes", "ranks_per_node", "scope", "host_phase_s",
+    for key in ("error", "oom_requested_bytes", "refused_before_launch", "failed_rank", "failed_mesh",
+                "failed_stages", "exit_signal", "log_tail", "note", "launch_note",
+                "deepspeed_version", "deepspeed_config", "nodes", "ranks_per_node", "scope", "host_phase_s",
                 "warmup_step_times_s", "host_index", "host_index_cpu", "gpu_clocks",
                 # where and when the timed steps ran, so that a parent that sampled the clocks can add them
                 "gpu_uuids", "timed_window_unix_s",

@@ -243,6 +243,24 @@ def describe_callable(reference: str, *, wrap_class: str | None = None, micro_ba
     return spec_of(reference, built, wrap_class, accepted_args(resolve_function(reference)))
 
 
+def batch_size(batch) -> int | None:
+    """The samples in an example batch: the leading dimension its tensors share (None: a batch of scalars,
+    or tensors that disagree)."""
+    leading = {int(t.shape[0]) for t in _tensors(batch) if t.dim() >= 1}
+    return leading.pop() if len(leading) == 1 else None
+
+
+def example_batch_size(reference: str, seq_len: int | None = None) -> int | None:
+    """batch_size of the batch the function builds (on the meta device: no memory; else on the CPU)."""
+    try:
+        built = build(reference, seq_len=seq_len, device="meta")
+    except UsageError as meta_error:
+        if "raised" not in str(meta_error):
+            raise
+        built = build(reference, seq_len=seq_len)
+    return batch_size(built.batch)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else "(no message)")[:300]

@@ -44,11 +44,12 @@ class Summary:
     ranks: list[RankStats]
     spike_steps: list[dict]  # one per step where any rank flagged a spike: the step's cross-rank view
     steps: list[dict] = field(default_factory=list)  # every step's cross-rank view
+    missing_ranks: list[int] = field(default_factory=list)  # ranks of the world with no monitor file here
 
     def to_dict(self) -> dict:
         return {"run_dir": self.run_dir, "world_size": self.world_size, "collective": self.collective,
                 "predicted_step_s": self.predicted_step_s, "ranks": [vars(r) for r in self.ranks],
-                "spike_steps": self.spike_steps}
+                "spike_steps": self.spike_steps, "missing_ranks": self.missing_ranks}
 
 
 def read_run(run_dir: str) -> dict[int, list[dict]]:
@@ -111,7 +112,8 @@ def summarize(run_dir: str) -> Summary:
         waited = sorted(r for r, s in flagged[step].items() if s.get("wait"))
         if waited:
             slowest[rec["slowest_rank"]] += 1
-            late[rec["slowest_rank"]] += _num(rec.get("slow_by_s"))
+            late_by = _num(rec.get("slow_by_s"))
+            late[rec["slowest_rank"]] += 0.0 if math.isnan(late_by) else late_by  # unknown: not counted
         spike_steps.append({"step": step, "slowest_rank": rec["slowest_rank"] if waited else None,
                             "late_at": rec.get("late_at") if waited else None, "slow_by_s": rec.get("slow_by_s"),
                             "waited": waited, "long_step": sorted(r for r, s in flagged[step].items()
@@ -134,7 +136,7 @@ def summarize(run_dir: str) -> Summary:
             slowest_at_spikes=slowest[rank], late_total_s=late[rank], **_clock_stats(ordered, rank)))
     return Summary(run_dir=str(run_dir), world_size=world, collective=first.get("collective") or "the collectives",
                    predicted_step_s=first.get("predicted_step_s"), ranks=ranks, spike_steps=spike_steps,
-                   steps=ordered)
+                   steps=ordered, missing_ranks=[r for r in range(world) if r not in by_rank])
 
 
 def _clock_stats(views: list[dict], rank: int) -> dict:
@@ -151,12 +153,22 @@ def verdict(summary: Summary) -> list[str]:
     """Prose under the tables: which rank is slow, where the others wait, how often."""
     lines = []
     judged = len(summary.steps)
+    missing = summary.missing_ranks
+    if missing:  # their own steps, and the spikes only they flagged, are not in these tables
+        files = ", ".join(f"monitor.rank{r}.jsonl" for r in missing)
+        lines.append(f"Missing: {files} (rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
+                     f"{summary.world_size}): {'their' if len(missing) > 1 else 'its'} steps are not counted, and a "
+                     "wait only it flagged is not seen; copy every rank's file into the folder.")
     waited = [s for s in summary.spike_steps if s["waited"]]
-    if not waited:
-        lines.append(f"No rank waited for another beyond the spike rule in {judged} steps.")
+    named = [r for r in summary.ranks if r.slowest_at_spikes]  # a rank the others' records say they waited for
+    if not waited or not named:
+        lines.append(f"No rank waited for another beyond the spike rule in {judged} steps"
+                     + (" of the ranks whose files are here." if missing else "."))
     else:
-        worst = max(summary.ranks, key=lambda r: (r.late_total_s, r.slowest_at_spikes))
-        lines.append(f"Rank {worst.rank} is the slow one: the others waited for it in {summary.collective} at "
+        worst = max(named, key=lambda r: (r.slowest_at_spikes, r.late_total_s))
+        said = (f"Rank {worst.rank} is the slow one: the others" if worst.rank not in missing else
+                f"The ranks whose files are here say rank {worst.rank} (its own file is missing) was late: they")
+        lines.append(f"{said} waited for it in {summary.collective} at "
                      f"{worst.slowest_at_spikes} of {len(waited)} wait spike steps ({worst.late_total_s * 1e3:.0f} ms "
                      f"late in all), out of {judged} steps.")
         others = [r for r in summary.ranks if r.slowest_at_spikes and r.rank != worst.rank]

@@ -160,9 +160,14 @@ def memory_reason(pred: Prediction, profile: Profile | None = None) -> str:
     need, have = pred.memory.peak_bytes / GIB, pred.memory.gpu_memory_bytes / GIB
     usable = have * (1.0 - headroom)
     if headroom <= 0:
-        return f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB (over by {need - have:,.1f} GiB)"
+        return f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB (over by {_amount(need - have)})"
     return (f"needs {need:,.1f} GiB, the GPU has {have:,.1f} GiB of which {usable:,.1f} GiB is usable with "
-            f"{headroom:.0%} kept free (over by {need - usable:,.1f} GiB)")
+            f"{headroom:.0%} kept free (over by {_amount(need - usable)})")
+
+
+def _amount(gib: float) -> str:
+    """An overshoot under 0.05 GiB in MiB: "over by 0.0 GiB" reads as a fit."""
+    return f"{gib:,.1f} GiB" if gib >= 0.05 else f"{gib * 1024:,.0f} MiB"
 
 
 def check_inputs(topo: Topology, num_gpus: int | None, gpus: tuple[int, ...] | None, seq_len: int,
@@ -234,9 +239,11 @@ def rank(plans: list[Plan]) -> list[Plan]:
 def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus: tuple[int, ...] | None = None,
          micro_batches: tuple[int, ...] | None = None, seq_len: int = 4096, profile: Profile | None = None,
          top: int = 5, fabric: str = "nvlink", engine: str = "pytorch",
-         wan_share: float = regions.DEFAULT_WAN_SHARE, compile_choices: tuple[bool, ...] = (False,)) -> PlanResult:
+         wan_share: float = regions.DEFAULT_WAN_SHARE, compile_choices: tuple[bool, ...] = (False,),
+         kernels: dict | None = None) -> PlanResult:
     """Rank every island-aware candidate for `model` on `topo` and say why (see the module docstring).
-    wan_share: on a cluster with regions, the WAN share of a step the reasons aim gradient accumulation at."""
+    wan_share: on a cluster with regions, the WAN share of a step the reasons aim gradient accumulation at.
+    kernels: Run's precision, fp8_recipe, loss and attention for every candidate (None: their defaults)."""
     check_inputs(topo, num_gpus, gpus, seq_len, top)
     if not 0 < wan_share < 1:
         raise UsageError(f"--wan-share {wan_share!r}: give a fraction between 0 and 1, e.g. 0.1")
@@ -250,6 +257,8 @@ def plan(model: ModelSpec, topo: Topology, *, num_gpus: int | None = None, gpus:
                                       gpus=gpus, micro_batches=micro_batches, compile_choices=compile_choices)
     if engine == "deepspeed":
         candidates = [c for c in candidates if c.run.spec.deepspeed_stage is not None]
+    if kernels:
+        candidates = [replace(c, run=replace(c.run, **kernels)) for c in candidates]
     fits, misses, made = evaluate(topo, candidates, profile=profile)
     ranked = rank(fits)
     shown = tuple(with_region_why(explain.with_why(ranked[:top], ranked, topo, profile), topo, wan_share))
