@@ -261,7 +261,7 @@ def show_networks(title: str, outcomes, notes=(), wide: bool = False) -> None:
     from rich import box
 
     from topowise.cli.console import Col, print_table, screen_console
-    from topowise.report.whatif import HEADERS, price_notes, rows
+    from topowise.report.whatif import HEADERS, SOCKET_CAP_NOTE, price_notes, rows, socket_capped
 
     out = screen_console()
     out.print(f"[bold]{title}[/bold]", highlight=False)
@@ -270,7 +270,9 @@ def show_networks(title: str, outcomes, notes=(), wide: bool = False) -> None:
     print_table(out, cols, rows(outcomes), wide=wide, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     _prose(out, "network wait: the share of the step spent on exposed communication between nodes; "
                 "tokens/s: the whole job")
-    for note in [*notes, *price_notes(outcomes)]:
+    capped = [o.network for o in outcomes if socket_capped(o.network)]  # their GB/s/node is NCCL's, not the line's
+    socket = [f"{', '.join(capped)}: {SOCKET_CAP_NOTE.removeprefix('socket cap: ')}"] if capped else []
+    for note in [*notes, *socket, *price_notes(outcomes)]:
         _prose(out, note, "- ", "  ")
 
 

@@ -69,18 +69,7 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
         b.append(("table", ["placement", "GPUs", "islands", "ring GB/s"],
                   [[p.label, ",".join(map(str, p.gpus)), str(p.islands_spanned),
                     "-" if p.bottleneck_gbps is None else f"{p.bottleneck_gbps:.1f}"] for p in t.placements]))
-        rows = []
-        for p in t.placements:
-            for s in study.strategies:
-                c = study.case(t.label, p.label, s)
-                if c is None:
-                    continue
-                if not c.ok:
-                    rows.append([p.label, s, "-", "-", "-", "-", c.error])
-                    continue
-                rows.append([p.label, s, f"{c.step_time_s * 1000:,.0f}", f"{c.tokens_per_s:,.0f}",
-                             f"{c.peak_bytes / GIB:.1f}", "yes" if c.fits else "no", ""])
-        b.append(("table", ["placement", "strategy", "step ms", "tokens/s", "peak GiB", "fits", "note"], rows))
+        b.append(placement_table(study, t))
 
     b += network_blocks(study, plots)
     if study.questions:
@@ -103,11 +92,31 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
     return b
 
 
+def placement_table(study: Study, t) -> tuple:
+    """Every strategy on every placement of one topology; a "note" column (why a case has no prediction)
+    only where some case has one."""
+    rows = []
+    for p in t.placements:
+        for s in study.strategies:
+            c = study.case(t.label, p.label, s)
+            if c is None:
+                continue
+            if not c.ok:
+                rows.append([p.label, s, "-", "-", "-", "-", c.error])
+                continue
+            rows.append([p.label, s, f"{c.step_time_s * 1000:,.0f}", f"{c.tokens_per_s:,.0f}",
+                         f"{c.peak_bytes / GIB:.1f}", "yes" if c.fits else "no", ""])
+    headers = ["placement", "strategy", "step ms", "tokens/s", "peak GiB", "fits", "note"]
+    if not any(row[-1] for row in rows):
+        headers, rows = headers[:-1], [row[:-1] for row in rows]
+    return ("table", headers, rows)
+
+
 def network_blocks(study: Study, plots: dict[str, Path]) -> list[tuple]:
     """--network: per cluster, the best plan on each network between its nodes, as a table and a plot."""
     if not study.networks:
         return []
-    from topowise.report.whatif import HEADERS, price_notes, rows
+    from topowise.report.whatif import HEADERS, SOCKET_CAP_NOTE, price_notes, rows, with_socket_cap
     from topowise.whatif import NetworkOutcome
 
     b: list[tuple] = [("h2", "The same job on other networks")]
@@ -120,8 +129,9 @@ def network_blocks(study: Study, plots: dict[str, Path]) -> list[tuple]:
     for view in study.networks:
         outcomes = [NetworkOutcome.from_dict(r) for r in view["rows"]]
         b.append(("h3", view["topology"]))
-        b.append(("table", HEADERS, rows(outcomes)))
-        notes = price_notes(outcomes)
+        table, capped = with_socket_cap(HEADERS, rows(outcomes))
+        b.append(("table", HEADERS, table))
+        notes = [*([SOCKET_CAP_NOTE] if capped else []), *price_notes(outcomes)]
         if notes:
             b.append(("ul", notes))
     return b
@@ -300,7 +310,8 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;
 color:#222;line-height:1.45}
 h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #bbb;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .6em}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #ccc;padding:.25em .6em}
 th{background:#f0f0f0}td{text-align:right}td:first-child,td:nth-child(2),td:last-child{text-align:left}
 img{max-width:100%;border:1px solid #ddd;margin:.5em 0}code{background:#f4f4f4;padding:0 .2em}
 """
@@ -309,6 +320,7 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}code{background:#f4f4f4;p
 def to_html(blocks: list[tuple], title: str) -> str:
     """One file: styles inline, images as data: URIs, no scripts, no links out."""
     out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"]
     for block in blocks:
         kind = block[0]
