@@ -184,3 +184,7 @@ def test_monitor_summarize_at_80_columns(screen, capsys, tmp_path):
     assert out.split(steps)[1].splitlines()[2].split()[:2] == ["9", "1"]  # step 9's slow rank
     code, wide, _ = cli_output(["monitor", "summarize", str(tmp_path), "--no-plot", "--wide"], capsys)
     assert "rank 3" in wide and max(map(len, wide.splitlines())) > 80
+
+    # plan --mesh where no mesh fits: the same exit and one line
+    code, _, err = cli_output(["plan", "--mesh", "--model", "llama3.1-405b", "--topology", "hgx-h100-8"], capsys)
+    assert code == 1 and err.startswith("topowise: nothing fits llama3.1-405b") and err.count("\n") == 1

@@ -39,7 +39,6 @@ def export_best(kind: str, found, topo) -> str:
 
 def run_mesh(args: argparse.Namespace, top: int | None, inputs, global_batch: int | None) -> int:
     """plan --mesh: `inputs` is plan's checked (model, topology, planner keywords)."""
-    from topowise.errors import UsageError
     from topowise.planner.mesh_search import search_mesh
 
     model, topo, kwargs = inputs
@@ -47,9 +46,13 @@ def run_mesh(args: argparse.Namespace, top: int | None, inputs, global_batch: in
     found = search_mesh(topo, model, tuple(gpus), seq_len=kwargs["seq_len"],
                         global_batch=global_batch, profile=kwargs["profile"],
                         top=top)
-    if found.best is None:
-        raise UsageError(f"no mesh of {model.name} fits {len(gpus)} GPUs of {topo.name} at --seq-len "
-                         f"{kwargs['seq_len']}: give more GPUs or a shorter sequence")
+    if found.best is None:  # an answer, not bad input: exit 1, one line
+        import sys
+
+        print(f"topowise: nothing fits {model.name} on {len(gpus)} GPUs of {topo.name} with any mesh at --seq-len "
+              f"{kwargs['seq_len']} ({found.considered} considered, {found.pruned_by_memory} over the GPU's memory); "
+              "try more GPUs or nodes, a shorter --seq-len or a smaller --global-batch", file=sys.stderr)
+        return 1
     exported = export_best(args.export, found, topo) if args.export else None
     if args.json:
         print(json.dumps({"why": found.why, "considered": found.considered, "pruned_by_memory": found.pruned_by_memory,
