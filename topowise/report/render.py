@@ -389,13 +389,7 @@ def print_summary(study: Study, paths: dict[str, Path], console=None, wide: bool
     for t in study.topologies:
         _print_topology(console, study, t, wide)
     if study.measured:
-        r = study.measured
-        cols = [Col(h, "left" if h in ("strategy", "status") else "right") for h in
-                ("strategy", "status", "pred ms", "meas ms", "err %", "pred GiB", "meas GiB", "err %")]
-        rows = [[x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
-                 _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
-                 _pct(x.memory_error_pct)] for x in r.rows]
-        print_table(console, cols, rows, wide=wide, title=f"measured: {r.model} on {r.topology}", title_justify="left")
+        _print_measured(console, study.measured, wide)
     blocks = recommendation_blocks(study)
     table_block = next((b for b in blocks if b[0] == "table"), None)
     if table_block:
@@ -423,6 +417,17 @@ def print_summary(study: Study, paths: dict[str, Path], console=None, wide: bool
     pngs = [p for k, p in paths.items() if str(p).endswith(".png")]
     if pngs:
         prose(console, f"{len(pngs)} plots in {pngs[0].parent}: " + ", ".join(p.name for p in pngs), "  ", "    ")
+
+
+def _print_measured(console, r, wide: bool) -> None:
+    """Predicted beside measured (study --measure), a row per strategy."""
+    from topowise.report.console import Col, print_table
+
+    cols = [Col(h, "left" if h in ("strategy", "status") else "right") for h in
+            ("strategy", "status", "pred ms", "meas ms", "err %", "pred GiB", "meas GiB", "err %")]
+    rows = [[x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s), _pct(x.step_error_pct),
+             _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes), _pct(x.memory_error_pct)] for x in r.rows]
+    print_table(console, cols, rows, wide=wide, title=f"measured: {r.model} on {r.topology}", title_justify="left")
 
 
 def _print_topology(console, study: Study, t, wide: bool) -> None:
