@@ -101,6 +101,14 @@ def mesh_from_args(args: argparse.Namespace) -> dict:
             "sequence_parallel": args.sequence_parallel}
 
 
+def add_wide_argument(parser: argparse.ArgumentParser) -> None:
+    """--wide: every column of the tables, however wide the screen (by default a table narrower than the
+    screen drops to the columns that answer the question, or turns to one record per block)."""
+    parser.add_argument("--wide", action="store_true",
+                        help="show every column of the tables, wider than the screen if need be (default: fit the "
+                             "screen, or 80 columns when piped unless COLUMNS is set)")
+
+
 def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     """--precision, --fp8-recipe, --loss, --attention (Run's kernel settings; torchtitan's float8 recipe names)."""
     from topowise.run import ATTENTIONS, FP8_RECIPES, KERNEL_DEFAULTS, LOSSES, PRECISIONS

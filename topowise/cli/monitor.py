@@ -7,6 +7,8 @@ import argparse
 import json
 import math
 
+from topowise.cli.flags import add_wide_argument
+
 SUBVERBS = {
     "summarize": "per-rank and per-step tables and a plot from a StepMonitor run folder: which rank is slow, "
                  "which collective waits, how often",
@@ -22,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_argument("--plot", metavar="PNG", default=None, help="where the plot goes (default: RUN_DIR/monitor.png)")
     sub.add_argument("--no-plot", action="store_true", help="no plot")
     sub.add_argument("--json", action="store_true", help="print JSON")
+    add_wide_argument(sub)
     hang = subs.add_parser("hang", help=SUBVERBS["hang"], description=SUBVERBS["hang"])
     hang.add_argument("dump_dir", metavar="DIR", help="the folder of the dumps, one file <prefix><rank> per rank")
     hang.add_argument("--json", action="store_true", help="print JSON")
@@ -45,55 +48,72 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(summary.to_dict(), plot=png, verdict=verdict(summary)), indent=2, default=str))
         return 0
-    from rich.table import Table
+    show_summary(summary, verdict(summary), png, all_steps=args.all_steps, wide=args.wide)
+    return 0
 
-    from topowise.cli.console import column, console, print_whole
 
-    out = console()
-    ranks = Table(title=f"{summary.run_dir}: {summary.world_size} ranks, waits in {summary.collective}")
+# which rank is slow and how much it costs the others: kept at any width
+RANK_COLUMNS = (("rank", True), ("steps", True), ("median\nstep ms", True), ("p90\nstep ms", False),
+                ("median\nwait ms", False), ("max\nwait ms", True), ("long\nsteps", False), ("wait\nspikes", True),
+                ("slow rank at\nspike steps", True), ("late in\nall ms", True))
+
+
+def rank_rows(summary) -> tuple[list[tuple[str, bool]], list[list[str]]]:
+    """The per-rank table: (header, key) per column and the rows; SM MHz where clocks were recorded."""
     clocks = any(not math.isnan(r.median_sm_mhz) for r in summary.ranks)
-    for header in ("rank", "steps", "median\nstep ms", "p90\nstep ms", "median\nwait ms", "max\nwait ms",
-                   "long\nsteps", "wait\nspikes", "slow rank at\nspike steps", "late in\nall ms") \
-            + (("SM\nMHz",) if clocks else ()):
-        column(ranks, header, justify="right")
-    for r in summary.ranks:
-        ranks.add_row(str(r.rank), str(r.steps), _ms(r.median_step_s), _ms(r.p90_step_s), _ms(r.median_wait_s),
-                      _ms(r.max_wait_s), str(r.step_spikes), str(r.wait_spikes), str(r.slowest_at_spikes),
-                      _ms(r.late_total_s), *((f"{r.median_sm_mhz:.0f}" if not math.isnan(r.median_sm_mhz) else "-",)
-                                             if clocks else ()))
-    print_whole(out, ranks)
+    cols = [*RANK_COLUMNS, *((("SM\nMHz", True),) if clocks else ())]
+    rows = [[str(r.rank), str(r.steps), _ms(r.median_step_s), _ms(r.p90_step_s), _ms(r.median_wait_s),
+             _ms(r.max_wait_s), str(r.step_spikes), str(r.wait_spikes), str(r.slowest_at_spikes), _ms(r.late_total_s),
+             *((f"{r.median_sm_mhz:.0f}" if not math.isnan(r.median_sm_mhz) else "-",) if clocks else ())]
+            for r in summary.ranks]
+    return cols, rows
 
-    rows = summary.steps if args.all_steps else [v for v in summary.steps
-                                                 if v["step"] in {s["step"] for s in summary.spike_steps}]
+
+def step_rows(summary, all_steps: bool) -> tuple[list[tuple[str, bool]], list[list[str]]]:
+    """The per-step table (the spike steps, or every step): who was slow, where, by how much; each rank's
+    step and wait times after (left out first on a narrow screen)."""
+    steps = summary.steps if all_steps else [v for v in summary.steps
+                                             if v["step"] in {s["step"] for s in summary.spike_steps}]
     spikes = {s["step"]: s for s in summary.spike_steps}
-    per_step = Table(title="every step" if args.all_steps else "spike steps")
-    for header in ("step", "slow\nrank", "late at", "late\nby ms", "waited", "long\nstep"):
-        column(per_step, header, justify="right" if header != "late at" else "left")
-    for rank in range(summary.world_size):
-        column(per_step, f"rank {rank}\nstep / wait ms", justify="right")
-    if summary.predicted_step_s:
-        column(per_step, "predicted\nstep ms", justify="right")
-    for view in rows:
+    cols = [("step", True), ("slow\nrank", True), ("late at", True), ("late\nby ms", True), ("waited", True),
+            ("long\nstep", True), *((f"rank {rank}\nstep / wait ms", False) for rank in range(summary.world_size)),
+            *((("predicted\nstep ms", False),) if summary.predicted_step_s else ())]
+    rows = []
+    for view in steps:
         spike = spikes.get(view["step"])
         waited = spike and spike["waited"]
-        times = view.get("step_times_s") or []
-        waits = view.get("waits_s") or []
-        cells = [str(view["step"]), str(view["slowest_rank"]) if waited or args.all_steps else "-",
-                 (view.get("late_at") or "-") if waited or args.all_steps else "-",
-                 _ms(view.get("slow_by_s")),
+        said = waited or all_steps
+        cells = [str(view["step"]), str(view["slowest_rank"]) if said else "-",
+                 (view.get("late_at") or "-") if said else "-", _ms(view.get("slow_by_s")),
                  ",".join(map(str, spike["waited"])) if waited else "-",
                  ",".join(map(str, spike["long_step"])) if spike and spike["long_step"] else "-"]
-        cells += [f"{_ms(t)} / {_ms(w)}" for t, w in zip(times, waits)]
+        cells += [f"{_ms(t)} / {_ms(w)}" for t, w in zip(view.get("step_times_s") or [], view.get("waits_s") or [])]
+        cells += [""] * (6 + summary.world_size - len(cells))  # a step some rank did not record
         if summary.predicted_step_s:
             cells.append(_ms(summary.predicted_step_s))
-        per_step.add_row(*cells)
+        rows.append(cells)
+    return cols, rows
+
+
+def show_summary(summary, lines: list[str], png: str | None, all_steps: bool = False, wide: bool = False) -> None:
+    """The two tables fitted to the screen, the verdict under them, where the plot went."""
+    from rich import box
+
+    from topowise.cli.console import Col, print_table, prose, screen_console
+
+    out = screen_console()
+    style = {"box": box.SIMPLE_HEAD, "show_edge": False, "collapse_padding": True, "title_justify": "left"}
+    cols, rows = rank_rows(summary)
+    print_table(out, [Col(h, "right", key=k) for h, k in cols], rows, wide=wide,
+                title=f"{summary.run_dir}: {summary.world_size} ranks, waits in {summary.collective}", **style)
+    cols, rows = step_rows(summary, all_steps)
     if rows:
-        print_whole(out, per_step)
-    for line in verdict(summary):
-        out.print(line, soft_wrap=True)
+        print_table(out, [Col(h, "left" if h == "late at" else "right", key=k) for h, k in cols], rows, wide=wide,
+                    title="every step" if all_steps else "spike steps", **style)
+    for line in lines:
+        prose(out, line)
     if png:
-        out.print(f"Plot: {png}", soft_wrap=True)
-    return 0
+        out.print(f"Plot: {png}", soft_wrap=True, markup=False, highlight=False)  # a path whole
 
 
 def _hang(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from topowise.cli.flags import add_wide_argument
 from topowise.errors import UsageError
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-name", metavar="NAME", help="GPU model for `nvidia-smi topo -m` text")
     parser.add_argument("--profile", metavar="FILE", help="a calibrated profile (topowise calibrate)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_wide_argument(parser)
 
 
 def parse_size(text: str, flag: str) -> int:
@@ -88,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             data = dict(result, rows=[r.to_dict() for r in result["rows"]], measured=measured.to_dict(), source=where)
             print(json.dumps(data, indent=2))
-        else:
+        elif args.wide:
             print(nccltests.render_comparison(result, measured, where), end="")
+        else:
+            show_comparison(result, measured, where)
         return 0
     sizes = nccltests.sweep_sizes(parse_size(args.min_bytes, "--min-bytes"), parse_size(args.max_bytes, "--max-bytes"),
                                   args.step_factor)
@@ -100,3 +104,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(nccltests.render_expected(table, sizes, args.step_factor), end="")
     return 0
+
+
+def show_comparison(result: dict, measured, source: str) -> None:
+    """nccltests.render_comparison's lines fitted to the screen: `#` lines wrapped, the table through
+    print_table (the algorithm column left out first), the sizes that fall short and the hints wrapped."""
+    from topowise.cli.console import Col, print_table, prose, screen_console
+    from topowise.nccltests import float_str, render_comparison
+
+    out = screen_console()
+    text = render_comparison(result, measured, source)
+    if max(map(len, text.splitlines())) <= out.width:  # it fits as it is
+        print(text, end="")
+        return
+    gpu = f" x {measured.gpu_name}" if measured.gpu_name else ""
+    prose(out, f"{source}: {result['ranks']} ranks{gpu} beside {result['topology']} ({result['nodes']} "
+               f"node{'s' if result['nodes'] > 1 else ''}); busbw in GB/s, the better of out-of-place and in-place",
+          "# ", "# ")
+    # the empty first column puts nccl-tests' "#" before the header row
+    cols = [Col("#"), Col("size (B)", "right"), Col("op", "right"), Col("measured", "right"),
+            Col("expected", "right"), Col("ratio", "right"), Col("verdict", "right"),
+            Col("algorithm", "right", key=False), Col("bound")]
+    rows = [["", str(r.bytes), r.op, float_str(r.measured_busbw_gbps, 8).strip(),
+             float_str(r.expected_busbw_gbps, 8).strip(), f"{r.ratio:.2f}", r.verdict, r.algorithm, r.bound]
+            for r in result["rows"]]
+    print_table(out, cols, rows, box=None, pad_edge=False)
+    for line in text.splitlines()[2 + len(result["rows"]):]:  # short sizes, skipped ops, hints: prose
+        prose(out, line, "", "  ")

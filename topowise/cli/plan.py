@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 from pathlib import Path
 
-from topowise.cli.flags import add_kernel_arguments, add_model_arguments
+from topowise.cli.flags import add_kernel_arguments, add_model_arguments, add_wide_argument
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 
@@ -40,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE", help="write the export here instead of printing it")
     parser.add_argument("--save-plan", metavar="FILE", help="write the best plan as JSON for `topowise launch --plan`")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_wide_argument(parser)
     add_whatif_arguments(parser)
     parser.add_argument("--mesh", action="store_true",
                         help="search tensor, pipeline and context parallelism too (tp x pp x cp x data-parallel)")
@@ -157,8 +157,10 @@ def run(args: argparse.Namespace) -> int:
         chosen = chosen.with_path(args.save_plan)
     exported = render(args.export, chosen) if args.export and chosen else None
     notes = export_notes(args.export, chosen) if exported is not None else ()
+    # an export printed on stdout (to be redirected into a file) is all that stdout holds: the rest to stderr
+    to_stderr = bool(args.export) and not args.out
     if (args.export or args.save_plan) and chosen is None:
-        _show(result, args.json)
+        _show(result, args.json, wide=args.wide)  # nothing is exported: stdout may hold why
         raise UsageError("nothing fits, so there is no plan to export or save (see the suggestion above)")
     if args.save_plan:
         _write(args.save_plan, chosen.to_json() + "\n")
@@ -176,19 +178,49 @@ def run(args: argparse.Namespace) -> int:
         if args.save_plan:
             data["saved_plan"] = args.save_plan
         print(json.dumps(data, indent=2))
-        return 0
-    _show(result, False)
+        return _nothing_fits(result, topo)
+    out = _show(result, False, stderr=to_stderr, wide=args.wide)
     if measured:
-        print(f"from model profile {measured['file']}: {measured['note']}")
+        _prose(out, f"from model profile {measured['file']}: {measured['note']}")
     if exported is not None and not args.out:
         print(exported, end="")
     for what, path in (("plan", args.save_plan), (args.export, args.out)):
         if path:
-            print(f"wrote {what} to {path}")
-    # beside a JSON printed whole on stdout (to be redirected into a file), the notes go to stderr
+            out.print(f"wrote {what} to {path}", soft_wrap=True, markup=False, highlight=False)  # a path: whole
     for note in notes:
-        print(f"# {note}", file=sys.stderr if not args.out else sys.stdout)
-    return 0
+        _prose(out, f"# {note}", rest="# ")
+    return _nothing_fits(result, topo)
+
+
+def _nothing_fits(result, topo) -> int:
+    """0 where a plan fits; else 1, with one line on stderr: why, and what to try."""
+    if result.best is not None:
+        return 0
+    print(f"topowise: {nothing_fits_line(result, topo)}", file=sys.stderr)
+    return 1
+
+
+def nothing_fits_line(result, topo) -> str:
+    """Why nothing fits (the closest candidate's memory) and what would change it, each only where it
+    was not tried already: more GPUs, checkpointing, a smaller micro-batch, a shorter sequence."""
+    closest = result.infeasible[0] if result.infeasible else None
+    gpus = max((len(i.run.gpus) for i in result.infeasible), default=0)
+    why = (f"nothing fits {result.model} on {gpus} GPU{'s' if gpus != 1 else ''} of {result.topology}"
+           if gpus else f"nothing fits {result.model} on {result.topology}")
+    if closest is not None:
+        why += (f": the closest, {closest.run.strategy} at micro-batch {closest.run.micro_batch}, needs "
+                f"{closest.peak_memory_bytes / 2**30:,.1f} of {closest.gpu_memory_bytes / 2**30:,.1f} GiB")
+    tries = []
+    if gpus < topo.num_gpus and "Nothing on one" not in (result.suggestion or ""):  # planner.search.suggest
+        tries.append("more GPUs (--num-gpus)")
+    else:
+        tries.append(f"more nodes (e.g. --topology '{2 * getattr(topo, 'num_nodes', 1)}x {topo.node.name}+ib-ndr')")
+    if closest is not None and closest.run.checkpointing != "full":
+        tries.append("--checkpointing full")
+    if closest is not None and closest.run.micro_batch > 1:
+        tries.append("a smaller --micro-batch")
+    tries += ["a shorter --seq-len", "--mesh (tensor and pipeline parallelism)"]
+    return f"{why}; try {', '.join(tries[:-1])} or {tries[-1]}"
 
 
 def run_networks(args: argparse.Namespace) -> int:
@@ -213,29 +245,34 @@ def run_networks(args: argparse.Namespace) -> int:
         return 0
     count = len(kwargs["gpus"]) if kwargs["gpus"] else kwargs["num_gpus"]
     show_networks(f"{model.name} on {count} GPUs of {topo.name} with each network between its {topo.num_nodes} "
-                  "nodes (the best plan on each)", outcomes, notes)
+                  "nodes (the best plan on each)", outcomes, notes, wide=args.wide)
     return 0
 
 
-def show_networks(title: str, outcomes, notes=()) -> None:
-    """The what-if table (report.whatif's rows) with its notes under it."""
+# the what-if table's headers on a screen: two lines where one would make the table wider
+_SCREEN_HEADERS = {"NICs/node": "NICs\n/node", "GB/s/node": "GB/s\n/node", "GPUs (nodes)": "GPUs\n(nodes)",
+                   "tokens/s/GPU": "tokens/s\n/GPU", "network wait": "network\nwait", "USD/1M tokens": "USD/1M\ntokens"}
+# what the comparison answers (which network, and what it gives and costs): kept at any width
+_NETWORK_KEYS = ("network", "GB/s/node", "strategy", "tokens/s", "network wait", "step ms", "USD/1M tokens")
+
+
+def show_networks(title: str, outcomes, notes=(), wide: bool = False) -> None:
+    """The what-if table (report.whatif's rows) with its notes under it, fitted to the screen."""
     from rich import box
-    from rich.table import Table
 
-    from topowise.cli.console import column, console, print_whole
-    from topowise.report.whatif import HEADERS, price_notes, rows
+    from topowise.cli.console import Col, print_table, screen_console
+    from topowise.report.whatif import HEADERS, SOCKET_CAP_NOTE, price_notes, rows, socket_capped
 
-    out = console()
+    out = screen_console()
     out.print(f"[bold]{title}[/bold]", highlight=False)
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
-    for header in HEADERS:
-        column(table, header, justify="left" if header in ("network", "strategy", "AC") else "right")
-    for row in rows(outcomes):
-        table.add_row(*row)
-    print_whole(out, table)
+    cols = [Col(_SCREEN_HEADERS.get(h, h), "left" if h in ("network", "strategy", "AC") else "right",
+                key=h in _NETWORK_KEYS) for h in HEADERS]
+    print_table(out, cols, rows(outcomes), wide=wide, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     _prose(out, "network wait: the share of the step spent on exposed communication between nodes; "
                 "tokens/s: the whole job")
-    for note in [*notes, *price_notes(outcomes)]:
+    capped = [o.network for o in outcomes if socket_capped(o.network)]  # their GB/s/node is NCCL's, not the line's
+    socket = [f"{', '.join(capped)}: {SOCKET_CAP_NOTE.removeprefix('socket cap: ')}"] if capped else []
+    for note in [*notes, *socket, *price_notes(outcomes)]:
         _prose(out, note, "- ", "  ")
 
 
@@ -252,35 +289,36 @@ def checkpoint_cell(run) -> str:
     return f"sel:{run.selective_ac_option}" if run.checkpointing == "selective" else run.checkpointing
 
 
-def _show(result, as_json: bool) -> None:
+def _show(result, as_json: bool, stderr: bool = False, wide: bool = False):
+    """The ranking table, the reasons, the notes and what does not fit; returns the console they went to."""
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
-        return
+        return None
     from rich import box
-    from rich.table import Table
 
-    from topowise.cli.console import column, console, print_whole
+    from topowise.cli.console import Col, mesh_cell, print_table, screen_console
     from topowise.planner.explain import all_groups, gpu_list, plan_label
 
-    out = console()
+    out = screen_console(stderr=stderr)
     engine = " as DeepSpeed runs ZeRO" if result.engine == "deepspeed" else ""
     out.print(f"[bold]{result.model} on {result.topology}[/bold], seq {result.seq_len}{engine}"
               f"{' (PCIe what-if)' if result.fabric == 'pcie' else ''}", highlight=False)
     if result.plans:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
         compiled = any(p.run.compile for p in result.ranked)  # a column only where compiling was a choice
-        for header, justify in (("#", "right"), ("strategy", "left"), ("GPUs (shard groups)", "left"),
-                                ("mb", "right"), ("AC", "left"), *((("compile", "left"),) if compiled else ()),
-                                ("step ms", "right"), ("tokens/s", "right"), ("peak GiB", "right")):
-            column(table, header, justify=justify)
+        meshed = any(max(p.run.tp, p.run.pp, p.run.cp) > 1 for p in result.ranked)  # and the mesh where one is
+        cols = [Col("#", "right"), *((Col("mesh"),) if meshed else ()), Col("strategy"),
+                Col("GPUs (shard groups)"), Col("mb", "right", key=False), Col("AC", key=False),
+                *((Col("compile", key=False),) if compiled else ()),
+                Col("step ms", "right"), Col("tokens/s", "right"), Col("peak GiB", "right")]
+        rows = []
         for i, p in enumerate(result.plans, 1):
+            r, pred = p.run, p.prediction
             gpus = all_groups(p.gpus, p.shard_group_size) if p.shard_group_size else gpu_list(p.gpus)
-            pred = p.prediction
-            table.add_row(str(i), p.strategy, gpus, str(p.run.micro_batch), checkpoint_cell(p.run),
-                          *(("yes" if p.run.compile else "no",) if compiled else ()),
-                          f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
-                          f"{pred.memory.peak_bytes / 2**30:.1f}")
-        print_whole(out, table)
+            rows.append([str(i), *((mesh_cell(r.tp, r.pp, r.cp, r.dp),) if meshed else ()), p.strategy, gpus,
+                         str(r.micro_batch), checkpoint_cell(r), *(("yes" if r.compile else "no",) if compiled else ()),
+                         f"{pred.step_time_s * 1e3:,.0f}", f"{pred.tokens_per_s:,.0f}",
+                         f"{pred.memory.peak_bytes / 2**30:.1f}"])
+        print_table(out, cols, rows, wide=wide, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     _prose(out, rows_sentence(result))
     if result.plans:
         # the reasons are prose: under the table, numbered as its rows
@@ -296,12 +334,13 @@ def _show(result, as_json: bool) -> None:
             _prose(out, f"{plan_label(i)}, micro-batch {i.run.micro_batch}{i.words}: {i.reason}", "  ", "    ")
     if result.suggestion:
         _prose(out, f"suggestion: {result.suggestion}")
+    return out
 
 
 def _prose(out, text: str, first: str = "", rest: str = "") -> None:
-    """A paragraph with a hanging indent, wrapped to a terminal's width; one line to a pipe (console())."""
-    out.print(textwrap.fill(text, width=out.width, initial_indent=first, subsequent_indent=rest,
-                            break_on_hyphens=False, break_long_words=False), markup=False, highlight=False)
+    from topowise.cli.console import prose
+
+    prose(out, text, first, rest)
 
 
 def rows_sentence(result) -> str:

@@ -39,7 +39,6 @@ def export_best(kind: str, found, topo) -> str:
 
 def run_mesh(args: argparse.Namespace, top: int | None, inputs, global_batch: int | None) -> int:
     """plan --mesh: `inputs` is plan's checked (model, topology, planner keywords)."""
-    from topowise.errors import UsageError
     from topowise.planner.mesh_search import search_mesh
 
     model, topo, kwargs = inputs
@@ -47,26 +46,44 @@ def run_mesh(args: argparse.Namespace, top: int | None, inputs, global_batch: in
     found = search_mesh(topo, model, tuple(gpus), seq_len=kwargs["seq_len"],
                         global_batch=global_batch, profile=kwargs["profile"],
                         top=top)
-    if found.best is None:
-        raise UsageError(f"no mesh of {model.name} fits {len(gpus)} GPUs of {topo.name} at --seq-len "
-                         f"{kwargs['seq_len']}: give more GPUs or a shorter sequence")
+    if found.best is None:  # an answer, not bad input: exit 1, one line
+        import sys
+
+        print(f"topowise: nothing fits {model.name} on {len(gpus)} GPUs of {topo.name} with any mesh at --seq-len "
+              f"{kwargs['seq_len']} ({found.considered} considered, {found.pruned_by_memory} over the GPU's memory); "
+              "try more GPUs or nodes, a shorter --seq-len or a smaller --global-batch", file=sys.stderr)
+        return 1
     exported = export_best(args.export, found, topo) if args.export else None
     if args.json:
         print(json.dumps({"why": found.why, "considered": found.considered, "pruned_by_memory": found.pruned_by_memory,
                           "plans": [p.to_dict() for p in found.ranked],
                           **({"export": {"kind": args.export, "text": exported}} if exported else {})}, indent=2))
         return 0
-    best = found.best.run
-    print(f"{model.name} on {len(gpus)} GPUs of {topo.name}, global batch {best.global_batch} x {best.seq_len:,} "
-          f"tokens: {found.considered} meshes considered, {found.pruned_by_memory} do not fit; {found.why}")
-    print(f"{'tp':>3} {'pp':>3} {'cp':>3} {'dp':>4} {'strategy':>8} {'recompute':>9} {'mbs':>3} {'m':>4} "
-          f"{'schedule':>16} {'step s':>8} {'tokens/s':>10} {'MFU':>6} {'peak GiB':>8} {'peak stage':>10}")
-    for p in found.ranked:
-        r, mesh = p.run, p.mesh or {}
-        print(f"{r.tp:>3} {r.pp:>3} {r.cp:>3} {r.dp:>4} {r.strategy:>8} {r.checkpointing:>9} {r.micro_batch:>3} "
-              f"{r.grad_accum:>4} {r.pp_schedule if r.pp > 1 else '-':>16} {p.step_time_s:>8.2f} "
-              f"{p.tokens_per_s:>10,.0f} {p.mfu:>6.1%} {p.memory.peak_bytes / GIB:>8.1f} "
-              f"{mesh.get('peak_stage', 0):>10}")
+    show_meshes(model, gpus, topo, found, stderr=exported is not None, wide=getattr(args, "wide", False))
     if exported is not None:
         print(exported, end="")
     return 0
+
+
+def show_meshes(model, gpus, topo, found, stderr: bool = False, wide: bool = False) -> None:
+    """The ranked meshes as a table fitted to the screen (on stderr beside an export on stdout)."""
+    from rich import box
+
+    from topowise.cli.console import Col, mesh_cell, print_table, prose, screen_console
+
+    out = screen_console(stderr=stderr)
+    best = found.best.run
+    prose(out, f"{model.name} on {len(gpus)} GPUs of {topo.name}, global batch {best.global_batch} x "
+               f"{best.seq_len:,} tokens: {found.considered} meshes considered, {found.pruned_by_memory} do not fit; "
+               f"{found.why}")
+    cols = [Col("mesh"), Col("strategy"), Col("schedule"), Col("recompute", key=False), Col("mbs", "right", key=False),
+            Col("m", "right", key=False), Col("step s", "right"),
+            Col("tokens/s", "right"), Col("MFU", "right", key=False), Col("peak GiB", "right"),
+            Col("peak\nstage", "right", key=False)]
+    rows = [[mesh_cell(r.tp, r.pp, r.cp, r.dp), r.strategy, r.pp_schedule if r.pp > 1 else "-", r.checkpointing,
+             str(r.micro_batch), str(r.grad_accum), f"{p.step_time_s:.2f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
+             f"{p.memory.peak_bytes / GIB:.1f}", str((p.mesh or {}).get("peak_stage", 0))]
+            for p in found.ranked for r in (p.run,)]
+    print_table(out, cols, rows, wide=wide, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+    prose(out, "mesh: tensor (tp), context (cp), pipeline (pp) and data-parallel (dp) degrees, - for data "
+               "parallelism alone; mbs: micro-batch; m: micro-batches per step")

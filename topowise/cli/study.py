@@ -11,6 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
+from topowise.cli.flags import add_wide_argument
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 from topowise.report.study import DEFAULT_MODEL, DEFAULT_TOPOLOGIES, MEASURE_MODEL
@@ -43,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="predict every case compiled (torch.compile of each block); the recommendation weighs "
                              "eager against compiled; --measure runs bench train --compile")
     parser.add_argument("--json", action="store_true", help="print study.json to stdout instead of the summary")
+    add_wide_argument(parser)
     add_whatif_arguments(parser)
     parser.add_argument("--questions-model", metavar="M",
                         help="the second model size for the four network questions (default: llama3.2-1b beside "
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(study.to_dict(), indent=1))
         return 0
-    print_summary(study, paths)
+    print_summary(study, paths, wide=args.wide)
     return 0
 
 

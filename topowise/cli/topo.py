@@ -39,15 +39,49 @@ def run(args: argparse.Namespace) -> int:
         from topowise.topology.cluster import cluster_report
         from topowise.topology.model import parse_gpu_list
 
-        report = cluster_report(topo, parse_gpu_list(args.gpus, topo) if args.gpus else None)
-        print(json.dumps(report, indent=2)) if args.json else _render_cluster(report)
+        gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
+        report = cluster_report(topo, gpus)
+        print(json.dumps(report, indent=2)) if args.json else _render_cluster(report, largest_tp(topo, gpus)[1])
         return 0
     report = topo_report(topo, args.gpus)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _render(report)
+        _render(report, largest_tp(topo, report.get("selection", {}).get("gpus"))[1])
     return 0
+
+
+def largest_tp(topo, gpus=None) -> tuple[int, str]:
+    """The largest tensor-parallel degree the selection (every GPU without one) supports: the largest group of
+    consecutive GPUs that stays inside an NVLink island (topology.mesh.largest_contained_degree, as plan --mesh
+    caps TP), and the sentence that says why."""
+    from topowise.topology.mesh import largest_contained_degree
+
+    cluster = getattr(topo, "network", None) is not None
+    node = topo.node
+    per_node = gpus is None and cluster
+    if per_node:  # every node alike: the answer of one node
+        topo = node
+    selected = gpus is not None
+    gpus = tuple(topo.indices if gpus is None else gpus)
+    island = max(len(isl) for isl in node.islands())
+    degree = largest_contained_degree(gpus, topo.island_of, limit=min(island, len(gpus)))
+    beyond = "the network" if cluster and island == node.num_gpus else "PCIe"
+    if len(gpus) == 1:
+        why = "one GPU"
+    elif degree == 1 and island == 1:
+        why = f"no NVLink joins these GPUs: a TP group's per-block collectives would cross {beyond}"
+    elif degree == 1:
+        why = (f"no run of consecutive GPUs that divides the {len(gpus)} selected stays inside one NVLink island "
+               f"(islands of {island}): a TP group would cross {beyond}")
+    elif per_node and degree == len(gpus):
+        why = f"each node's {degree} GPUs share one NVLink island; a larger TP group would cross {beyond}"
+    elif degree == len(gpus):
+        why = f"all {degree}{' selected' if selected else ''} GPUs share one NVLink island"
+    else:
+        why = (f"TP groups of {degree} consecutive GPUs stay inside NVLink islands of {island}; a larger group would "
+               f"cross {beyond}")
+    return degree, f"largest TP degree {degree}: {why}"
 
 
 def topo_report(topo, gpus_text: str | None = None, environ=None) -> dict:
@@ -115,7 +149,7 @@ def _load_file(path: str, gpu_name: str | None):
     return topology_from_text(text, path if path != "-" else "stdin")
 
 
-def _render(report: dict) -> None:
+def _render(report: dict, tp_line: str = "") -> None:
     from rich import box
     from rich.table import Table
 
@@ -159,6 +193,8 @@ def _render(report: dict) -> None:
 
     islands = "  ".join("{" + ",".join(map(str, i)) + "}" for i in report["islands"])
     console.print(f"[bold]NVLink islands[/bold]: {islands}")
+    if tp_line:
+        console.print(tp_line, markup=False, highlight=False)
     tiers = ", ".join(f"{'NVLink ' + t['link'] if t['link'].startswith('NV') else 'PCIe ' + t['link']} "
                       f"{t['gbps']:g} GB/s ({t['pairs']} pair{'s' if t['pairs'] != 1 else ''})"
                       for t in report["tiers"])
@@ -188,7 +224,7 @@ def _render(report: dict) -> None:
         console.print("[green]no warnings[/green]")
 
 
-def _render_cluster(report: dict) -> None:
+def _render_cluster(report: dict, tp_line: str = "") -> None:
     from topowise.cli.console import console as make_console
 
     console = make_console()
@@ -200,6 +236,8 @@ def _render_cluster(report: dict) -> None:
                   f"[bold]{report['network_gbps_per_gpu']:.3g} GB/s per GPU[/bold] when every GPU communicates")
     for t in report["tiers"]:
         console.print(f"  {t['tier']:<8} {t['gbps_per_gpu']:>8.3g} GB/s per GPU  {t['scope']}")
+    if tp_line:
+        console.print(tp_line, markup=False, highlight=False)
     sel = report.get("selection")
     if sel:
         bottleneck = "n/a (one GPU)" if sel["bottleneck_gbps"] is None else f"{sel['bottleneck_gbps']:.3g} GB/s"

@@ -346,5 +346,6 @@ def suggest(model: ModelSpec, topo: Topology, candidates: list[Candidate], misse
     return (f"{head}. Nothing on one {topo.name} fits: even {explain.label(everything.strategy, everything.gpus)} "
             f"with activation checkpointing at micro-batch 1 {memory_reason(pred, profile)}; "
             f"the training state alone is {states:,.0f} GiB (16 bytes x "
-            f"{explain.param_count(model.params)} parameters). Shard across more nodes (multi-node plans are not "
-            f"modelled yet), shorten --seq-len, or use GPUs with more memory")
+            f"{explain.param_count(model.params)} parameters). Shard across more nodes (plan a cluster of them, "
+            f"e.g. --topology '{2 * getattr(topo, 'num_nodes', 1)}x {topo.node.name}+ib-ndr'), shorten --seq-len, "
+            "or use GPUs with more memory")

@@ -20,6 +20,7 @@ from topowise.prices import Prices
 from topowise.report.answer import Answer
 from topowise.report.networks_geo import across_regions, racks_apart  # questions 3 and 4
 from topowise.report.whatif import HEADERS as WHATIF_HEADERS
+from topowise.report.whatif import SOCKET_CAP_NOTE, with_socket_cap
 from topowise.report.whatif import rows as whatif_rows
 
 PRACTICAL_WAIT = 0.5  # question 2: practical while the GPUs wait on the network under half the step
@@ -216,9 +217,14 @@ def blocks(answers, heading: str = "h2") -> list[tuple]:
     for a in answers:
         out.append((sub, a.title))
         out.append(("ul", list(a.sentences)))
+        capped = False
         for caption, headers, rows in a.tables:
             out.append(("p", caption + ":"))
+            rows, marked = with_socket_cap(headers, rows)
+            capped = capped or marked
             out.append(("table", headers, rows))
         for note in a.notes:
             out.append(("p", note + "."))
+        if capped:
+            out.append(("p", f"{SOCKET_CAP_NOTE[0].upper()}{SOCKET_CAP_NOTE[1:]}."))
     return out

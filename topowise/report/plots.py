@@ -37,25 +37,38 @@ def write_plots(study: Study, out_dir: str | Path) -> dict[str, Path]:
     return {k: v for k, v in paths.items() if v is not None}
 
 
-def _grouped_bars(ax, groups: list[str], strategies: tuple[str, ...], value, *, hatch_if=None):
-    """One group of bars per entry of `groups`, one bar per strategy; returns the bar width and x centres."""
+STUB = 0.03  # a bar that does not fit, drawn as a stub: this share of the tallest bar that does
+
+
+def _grouped_bars(ax, groups: list[str], strategies: tuple[str, ...], value, *, hatch_if=None, stub: bool = False):
+    """One group of bars per entry of `groups`, one bar per strategy; returns the bar width. A bar `hatch_if`
+    names is hatched; with `stub` it is also cut to a short stub labelled "does not fit" (a throughput
+    it cannot reach must not read as a winner)."""
     n = len(strategies)
     width = 0.8 / n
+    fits = [v for s in strategies for g in groups
+            if (v := value(g, s)) is not None and not (hatch_if and hatch_if(g, s))]
+    stub_height = STUB * max(fits, default=1.0)
     for j, strategy in enumerate(strategies):
         xs, heights, hatches = [], [], []
         for i, g in enumerate(groups):
             v = value(g, strategy)
             if v is None:
                 continue
+            hatched = bool(hatch_if and hatch_if(g, strategy))
             xs.append(i - 0.4 + width * (j + 0.5))
-            heights.append(v)
-            hatches.append(bool(hatch_if and hatch_if(g, strategy)))
+            heights.append(stub_height if hatched and stub else v)
+            hatches.append(hatched)
         bars = ax.bar(xs, heights, width * 0.92, label=strategy, color=STRATEGY_COLORS.get(strategy, "#888888"))
         for bar, hatched in zip(bars, hatches):
             if hatched:
                 bar.set_hatch("///")
                 bar.set_alpha(0.45)
                 bar.set_edgecolor("black")
+                if stub:
+                    ax.annotate("does not fit", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                                xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", rotation=90,
+                                fontsize=7)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups)
     ax.set_xlim(-0.6, len(groups) - 0.4)
@@ -97,7 +110,7 @@ def plot_throughput(study: Study, path: Path) -> Path:
         c = study.case(g, "all", s)
         return c is not None and c.ok and not c.fits
 
-    _grouped_bars(ax, groups, study.strategies, value, hatch_if=no_fit)
+    _grouped_bars(ax, groups, study.strategies, value, hatch_if=no_fit, stub=True)
     ax.set_ylabel("predicted tokens/s (whole node)")
     ax.yaxis.set_major_formatter(_thousands())
     ax.grid(axis="y", alpha=0.3)
@@ -105,7 +118,7 @@ def plot_throughput(study: Study, path: Path) -> Path:
     ax.set_title(_title(study, "Throughput"), fontsize=11)
     ax.set_xticklabels([f"{t.label}\n({len(t.placements[0].gpus)}x {_short_gpu(t.gpu_name)})"
                         for t in study.topologies])
-    _legend_with_no_fit(ax, plt)
+    _legend_with_no_fit(ax, plt, "hatched stub: does not fit in GPU memory")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -69,18 +69,7 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
         b.append(("table", ["placement", "GPUs", "islands", "ring GB/s"],
                   [[p.label, ",".join(map(str, p.gpus)), str(p.islands_spanned),
                     "-" if p.bottleneck_gbps is None else f"{p.bottleneck_gbps:.1f}"] for p in t.placements]))
-        rows = []
-        for p in t.placements:
-            for s in study.strategies:
-                c = study.case(t.label, p.label, s)
-                if c is None:
-                    continue
-                if not c.ok:
-                    rows.append([p.label, s, "-", "-", "-", "-", c.error])
-                    continue
-                rows.append([p.label, s, f"{c.step_time_s * 1000:,.0f}", f"{c.tokens_per_s:,.0f}",
-                             f"{c.peak_bytes / GIB:.1f}", "yes" if c.fits else "no", ""])
-        b.append(("table", ["placement", "strategy", "step ms", "tokens/s", "peak GiB", "fits", "note"], rows))
+        b.append(placement_table(study, t))
 
     b += network_blocks(study, plots)
     if study.questions:
@@ -103,11 +92,31 @@ def report_blocks(study: Study, plots: dict[str, Path], command: str = "") -> li
     return b
 
 
+def placement_table(study: Study, t) -> tuple:
+    """Every strategy on every placement of one topology; a "note" column (why a case has no prediction)
+    only where some case has one."""
+    rows = []
+    for p in t.placements:
+        for s in study.strategies:
+            c = study.case(t.label, p.label, s)
+            if c is None:
+                continue
+            if not c.ok:
+                rows.append([p.label, s, "-", "-", "-", "-", c.error])
+                continue
+            rows.append([p.label, s, f"{c.step_time_s * 1000:,.0f}", f"{c.tokens_per_s:,.0f}",
+                         f"{c.peak_bytes / GIB:.1f}", "yes" if c.fits else "no", ""])
+    headers = ["placement", "strategy", "step ms", "tokens/s", "peak GiB", "fits", "note"]
+    if not any(row[-1] for row in rows):
+        headers, rows = headers[:-1], [row[:-1] for row in rows]
+    return ("table", headers, rows)
+
+
 def network_blocks(study: Study, plots: dict[str, Path]) -> list[tuple]:
     """--network: per cluster, the best plan on each network between its nodes, as a table and a plot."""
     if not study.networks:
         return []
-    from topowise.report.whatif import HEADERS, price_notes, rows
+    from topowise.report.whatif import HEADERS, SOCKET_CAP_NOTE, price_notes, rows, with_socket_cap
     from topowise.whatif import NetworkOutcome
 
     b: list[tuple] = [("h2", "The same job on other networks")]
@@ -120,8 +129,9 @@ def network_blocks(study: Study, plots: dict[str, Path]) -> list[tuple]:
     for view in study.networks:
         outcomes = [NetworkOutcome.from_dict(r) for r in view["rows"]]
         b.append(("h3", view["topology"]))
-        b.append(("table", HEADERS, rows(outcomes)))
-        notes = price_notes(outcomes)
+        table, capped = with_socket_cap(HEADERS, rows(outcomes))
+        b.append(("table", HEADERS, table))
+        notes = [*([SOCKET_CAP_NOTE] if capped else []), *price_notes(outcomes)]
         if notes:
             b.append(("ul", notes))
     return b
@@ -185,16 +195,22 @@ def _sum_or_none(values):
 
 
 def recommendation_blocks(study: Study) -> list[tuple]:
-    """The planner's choice per topology as a short table; its reasons below, one clause per line."""
+    """The planner's choice per topology as a short table; its reasons below, one clause per line. A mesh
+    column where any choice has tensor, pipeline or context parallelism."""
+    from topowise.report.console import mesh_cell
+
+    found = study.findings_of("recommendations")
+    meshed = any(max(f.values.get(d) or 1 for d in ("tp", "pp", "cp")) > 1 for f in found)
     rows, reasons = [], []
-    for f in study.findings_of("recommendations"):
+    for f in found:
         v = f.values
+        mesh = [mesh_cell(*(v.get(d) or 1 for d in ("tp", "pp", "cp", "dp")))] if meshed else []
         if v.get("strategy") is None:
-            rows.append([f.topology, "nothing fits", "-", "-", "-", "-", "-"])
+            rows.append([f.topology, *(["-"] if meshed else []), "nothing fits", "-", "-", "-", "-", "-"])
         else:
             groups = f" (shard groups of {v['shard_group_size']})" if v.get("shard_group_size") else ""
             groups += ", compiled" if v.get("compile") else ""
-            rows.append([f.topology, v["strategy"] + groups, gpu_list(v["gpus"]), str(v["micro_batch"]),
+            rows.append([f.topology, *mesh, v["strategy"] + groups, gpu_list(v["gpus"]), str(v["micro_batch"]),
                          v.get("checkpointing") or ("full" if v["activation_checkpointing"] else "none"),
                          f"{v['tokens_per_s']:,.0f}",
                          f"{v['peak_bytes'] / GIB:.1f}"])
@@ -202,8 +218,8 @@ def recommendation_blocks(study: Study) -> list[tuple]:
     if not rows:
         return [("h3", "Recommendation per topology"), ("p", "None.")]
     return [("h3", "Recommendation per topology"),
-            ("table", ["topology", "strategy", "GPUs", "micro-batch", "checkpointing", "tokens/s", "peak GiB"],
-             rows),
+            ("table", ["topology", *(["mesh"] if meshed else []), "strategy", "GPUs", "micro-batch", "checkpointing",
+                       "tokens/s", "peak GiB"], rows),
             ("p", "Why, as the planner says it:"),
             ("ul", reasons)]
 
@@ -294,7 +310,8 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;
 color:#222;line-height:1.45}
 h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #bbb;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .6em}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #ccc;padding:.25em .6em}
 th{background:#f0f0f0}td{text-align:right}td:first-child,td:nth-child(2),td:last-child{text-align:left}
 img{max-width:100%;border:1px solid #ddd;margin:.5em 0}code{background:#f4f4f4;padding:0 .2em}
 """
@@ -303,6 +320,7 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}code{background:#f4f4f4;p
 def to_html(blocks: list[tuple], title: str) -> str:
     """One file: styles inline, images as data: URIs, no scripts, no links out."""
     out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"]
     for block in blocks:
         kind = block[0]
@@ -357,59 +375,86 @@ def write_report(study: Study, out_dir: str | Path, command: str = "") -> dict[s
 
 # --- terminal ------------------------------------------------------------------------------------
 
-def print_summary(study: Study, paths: dict[str, Path], console=None) -> None:
-    """A table per topology (all GPUs), the recommendations as a table, the other findings, the files."""
-    from rich.table import Table
+def print_summary(study: Study, paths: dict[str, Path], console=None, wide: bool = False) -> None:
+    """A table per topology (all GPUs), the recommendations as a table, the other findings, the files; fitted
+    to the screen (report.console.print_table), every column with `wide`."""
+    from rich import box
 
-    from topowise.report.console import column
-    from topowise.report.console import console as make_console
+    from topowise.report.console import Col, print_table, prose, screen_console
 
-    console = console or make_console()
+    console = console or screen_console()
     m = study.model
     console.print(f"[bold]topowise study[/bold]: {m['name']} ({m['params'] / 1e9:.2f} B params), "
                   f"seq {study.seq_len}, micro-batch {study.micro_batch}, profile {study.profile}", highlight=False)
     for t in study.topologies:
-        place = t.placements[0]
-        table = Table(title=f"{t.label}: {len(place.gpus)}x {t.gpu_name} ({t.gpu_memory_bytes / GIB:.0f} GiB)",
-                      title_justify="left")
-        for col, justify in (("strategy", "left"), ("GPUs", "left"), ("tokens/s", "right"),
-                             ("peak GiB", "right"), ("fits", "left")):
-            column(table, col, justify=justify)
-        notes = []
-        for s in study.strategies:
-            c = study.case(t.label, place.label, s)
-            if c is None:
-                continue
-            if not c.ok:  # the reason is prose: under the table
-                table.add_row(s, gpu_list(c.gpus), "-", "-", "[yellow]see below[/yellow]")
-                notes.append(f"  {s}: {c.error}")
-                continue
-            table.add_row(s, gpu_list(c.gpus), f"{c.tokens_per_s:,.0f}", f"{c.peak_bytes / GIB:.1f}",
-                          "[green]yes[/green]" if c.fits else "[red]no[/red]")
-        console.print(table)
-        for note in notes:
-            console.print(note, markup=False, highlight=False)
+        _print_topology(console, study, t, wide)
     if study.measured:
-        r = study.measured
-        table = Table(title=f"measured: {r.model} on {r.topology}", title_justify="left")
-        for col in ("strategy", "status", "pred ms", "meas ms", "err %", "pred GiB", "meas GiB", "err %"):
-            column(table, col)
-        for x in r.rows:
-            table.add_row(x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s),
-                          _pct(x.step_error_pct), _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes),
-                          _pct(x.memory_error_pct))
-        console.print(table)
+        _print_measured(console, study.measured, wide)
     blocks = recommendation_blocks(study)
     table_block = next((b for b in blocks if b[0] == "table"), None)
     if table_block:
-        table = Table(title="Recommendation per topology (the planner's reasons: report.md)", title_justify="left")
-        for col in table_block[1]:
-            column(table, col, justify="left" if col in ("topology", "strategy", "GPUs", "checkpointing")
-                   else "right")
-        for row in table_block[2]:
-            table.add_row(*row)
-        console.print(table)
+        # what the recommendation answers (where, what, how fast, in how much memory): kept at any width
+        cols = [Col(h, "left" if h in ("topology", "mesh", "strategy", "GPUs", "checkpointing") else "right",
+                    key=h not in ("micro-batch", "checkpointing")) for h in table_block[1]]
+        print_table(console, cols, table_block[2], wide=wide,
+                    title="Recommendation per topology (the planner's reasons: report.md)", title_justify="left",
+                    box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     console.print("[bold]Findings[/bold]")
+    for line in _summary_findings(study):
+        prose(console, line, "  - ", "    ")
+    if study.networks:
+        prose(console, f"Other networks (--network): {len(study.networks)} cluster(s), tables in report.md")
+    if study.questions:
+        console.print("[bold]Network questions[/bold] (tables in report.md)")
+        for a in study.questions:
+            prose(console, a.title, "  ", "  ")
+            for sentence in a.sentences:
+                prose(console, sentence, "    - ", "      ")
+    console.print("[bold]Wrote[/bold]")
+    for name in ("report.md", "report.html", "study.json"):
+        if name in paths:  # a path whole, however long
+            console.print(f"  {paths[name]}", markup=False, highlight=False, soft_wrap=True)
+    pngs = [p for k, p in paths.items() if str(p).endswith(".png")]
+    if pngs:
+        prose(console, f"{len(pngs)} plots in {pngs[0].parent}: " + ", ".join(p.name for p in pngs), "  ", "    ")
+
+
+def _print_measured(console, r, wide: bool) -> None:
+    """Predicted beside measured (study --measure), a row per strategy."""
+    from topowise.report.console import Col, print_table
+
+    cols = [Col(h, "left" if h in ("strategy", "status") else "right") for h in
+            ("strategy", "status", "pred ms", "meas ms", "err %", "pred GiB", "meas GiB", "err %")]
+    rows = [[x.strategy, x.status, _ms(x.predicted_step_time_s), _ms(x.measured_step_time_s), _pct(x.step_error_pct),
+             _gib(x.predicted_peak_bytes), _gib(x.measured_peak_bytes), _pct(x.memory_error_pct)] for x in r.rows]
+    print_table(console, cols, rows, wide=wide, title=f"measured: {r.model} on {r.topology}", title_justify="left")
+
+
+def _print_topology(console, study: Study, t, wide: bool) -> None:
+    """The strategies on all GPUs of one topology; a case that could not be predicted says why under it."""
+    from topowise.report.console import Col, print_table
+
+    place = t.placements[0]
+    rows, notes = [], []
+    for s in study.strategies:
+        c = study.case(t.label, place.label, s)
+        if c is None:
+            continue
+        if not c.ok:  # the reason is prose: under the table
+            rows.append([s, gpu_list(c.gpus), "-", "-", "[yellow]see below[/yellow]"])
+            notes.append(f"  {s}: {c.error}")
+            continue
+        rows.append([s, gpu_list(c.gpus), f"{c.tokens_per_s:,.0f}", f"{c.peak_bytes / GIB:.1f}",
+                     "[green]yes[/green]" if c.fits else "[red]no[/red]"])
+    cols = [Col("strategy"), Col("GPUs"), Col("tokens/s", "right"), Col("peak GiB", "right"), Col("fits")]
+    print_table(console, cols, rows, wide=wide, title_justify="left",
+                title=f"{t.label}: {len(place.gpus)}x {t.gpu_name} ({t.gpu_memory_bytes / GIB:.0f} GiB)")
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
+
+
+def _summary_findings(study: Study) -> list[str]:
+    """The findings the terminal summary lists (the tables of the rest are in report.md)."""
     near = study.findings_of("fsdp_near_ddp")
     lines = [f.text for kind in ("nvlink_pcie_ratio", "ddp_does_not_fit") for f in study.findings_of(kind)]
     lines += [f.text for f in near if f.values["ddp_fits"]]
@@ -422,22 +467,4 @@ def print_summary(study: Study, paths: dict[str, Path], console=None) -> None:
     if slow:  # the largest among placements that fit, when some do: those are the ones a job could take
         worst = max([f for f in slow if f.values["fits"]] or slow, key=lambda f: f.values["slowdown"])
         lines.append(f"{len(slow)} island-slowdown figures (report.md); the largest: {worst.text}")
-    for line in lines:
-        console.print(f"  - {line}", markup=False, highlight=False)
-    if study.networks:
-        console.print(f"[bold]Other networks[/bold] (--network): {len(study.networks)} cluster(s), tables in "
-                      "report.md", highlight=False)
-    if study.questions:
-        console.print("[bold]Network questions[/bold] (tables in report.md)")
-        for a in study.questions:
-            console.print(f"  {a.title}", markup=False, highlight=False)
-            for sentence in a.sentences:
-                console.print(f"    - {sentence}", markup=False, highlight=False)
-    console.print("[bold]Wrote[/bold]")
-    for name in ("report.md", "report.html", "study.json"):
-        if name in paths:
-            console.print(f"  {paths[name]}", markup=False, highlight=False)
-    pngs = [p for k, p in paths.items() if str(p).endswith(".png")]
-    if pngs:
-        console.print(f"  {len(pngs)} plots in {pngs[0].parent}: " + ", ".join(p.name for p in pngs),
-                      markup=False, highlight=False)
+    return lines

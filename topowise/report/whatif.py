@@ -45,3 +45,35 @@ def price_notes(outcomes) -> list[str]:
         notes.append("network: NIC list price x NICs x 2 (switch port and cable as much again) over 4 years "
                      "(topowise/prices.py); --network-node-hour-usd gives yours")
     return notes
+
+
+def socket_capped(network: str) -> bool:
+    """Whether NCCL's socket transport, not the line, sets this network's GB/s (Ethernet without RDMA above
+    ~40G: 2 connections per NIC x one thread's ~2 GB/s; hardware.socket_busbw_gbps)."""
+    import re
+
+    from topowise import hardware
+
+    kind = hardware.NETWORKS.get(re.sub(r"x\d+$", "", network))
+    return (kind is not None and kind.transport == "socket"
+            and kind.busbw_gbps < 0.99 * kind.line_gbps * hardware.TCP_PAYLOAD_FRACTION)  # the catalog rounds
+
+
+SOCKET_CAP_NOTE = ("socket cap: Ethernet without RDMA runs NCCL's socket transport, whose default (2 connections "
+                   "per NIC, one thread each at about 2 GB/s) moves about 4 GB/s per NIC whatever the line rate; "
+                   "NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD raise it (docs/networks.md)")
+
+
+def with_socket_cap(headers: list[str], rows: list[list[str]]) -> tuple[list[list[str]], bool]:
+    """The report's what-if rows with "(socket cap)" beside the GB/s of a network NCCL's socket transport
+    caps, and whether any was; a table without network and GB/s/node columns unchanged."""
+    if "network" not in headers or "GB/s/node" not in headers:
+        return rows, False
+    name, gbps = headers.index("network"), headers.index("GB/s/node")
+    out, capped = [], False
+    for row in rows:
+        if socket_capped(str(row[name])):
+            row = [*row[:gbps], f"{row[gbps]} (socket cap)", *row[gbps + 1:]]
+            capped = True
+        out.append(row)
+    return out, capped
