@@ -496,7 +496,8 @@ def cases() -> list:
           bad("launch", "--plan", "{F}/plan.json", "--run-dir", "{F}/empty.txt", "--dry-run", "--", "train.py"),
           bad("launch", "--model", "llama3.1-70b", "--topology", "pcie-l40s-8", "--num-gpus", "1", "--dry-run",
               "--", "train.py", why="nothing fits")]
-    for name in ["deep.json", "empty.json", "folder", "link-shadow.json", "plan-gpuneg.json", "plan-gpu99.json", "plan-gpustr.json", "plan-noplan.json",
+    for name in ["deep.json", "empty.json", "folder", "link-shadow.json", "plan-gpuneg.json", "plan-gpu99.json",
+                 "plan-gpustr.json", "plan-noplan.json",
                  "plan-strategy.json", "plan-mb0.json", "plan-gpusempty.json", "h200x2.json"]:
         c.append(bad("launch", "--plan", f"{F}/{name}", "--dry-run", "--", "train.py"))
 
@@ -519,7 +520,8 @@ def cases() -> list:
           bad("monitor", "nonsense", "{F}/run-ok")]
 
     # --- doctor --snapshot
-    c += [legit("doctor", "--snapshot", "{F}/snap-ok.json"), legit("doctor", "--snapshot", "{F}/snap-ok.json", "--json"),
+    c += [legit("doctor", "--snapshot", "{F}/snap-ok.json"),
+          legit("doctor", "--snapshot", "{F}/snap-ok.json", "--json"),
           legit("doctor", "--snapshot", "{F}/snap-fault.json", why="exit 1: a failed check, as documented")]
     for name in ["deep.json", "empty.json", "garbage.json", "folder", "link-shadow.json", "h200x2.json"]:
         c.append(bad("doctor", "--snapshot", f"{F}/{name}"))
