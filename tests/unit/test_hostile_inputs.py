@@ -88,6 +88,7 @@ CASES = [
     # cluster names
     (["topo", "--preset", "2x hgx-h100-8+ib-ndrx0"], ["0 NICs per node", "give 1 to", "e.g. ib-ndr"]),
     (["topo", "--preset", "2x hgx-h100-8+ib-ndrx1000"], ["1000 NICs per node"]),
+    (["topo", "--preset", "100000000x hgx-h100-8+ib-ndr"], ["100,000,000 nodes", "at most"]),
     (["topo", "--preset", "16x hgx-h100-8+ib-ndr/rack=0"], ["rack= counts nodes, at least 1"]),
     (["topo", "--preset", "16x hgx-h100-8+ib-ndr/rack=4,rail=0"], ["rail= counts nodes"]),
     # run settings

@@ -58,6 +58,9 @@ CLUSTER_PRESETS = {
 
 ONE_RACK = Layout()  # every node under one leaf switch: what NCCL's tuner latencies describe
 _MEMO_ENTRIES = 4096  # groups remembered per cluster (a plan asks of a few hundred)
+# The largest training clusters reported by 2026 hold ~200k GPUs (25k nodes of 8): a power of two above that.
+MAX_NODES = 32_768
+
 _NAME = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9._-]+)\s*\+\s*([A-Za-z0-9.-]+?)(?:x(\d+))?\s*(?:/\s*(.*?))?\s*$")
 _REGIONS = re.compile(r"^\s*(\d+)\s*x\s*\((.+)\)\s*\+\s*(wan-\S*)\s*$")
 
@@ -85,6 +88,9 @@ class Cluster:
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
             raise UsageError(f"a cluster needs at least one node, not {self.num_nodes}")
+        if self.num_nodes > MAX_NODES:
+            raise UsageError(f"a cluster of {self.num_nodes:,} nodes: give at most {MAX_NODES:,} (a count past it is a "
+                             "typo; the largest clusters built hold about 200,000 GPUs)")
         if self.node.num_gpus < 1:
             raise UsageError(f"node topology {self.node.name!r} has no GPUs")
         if self.network.nics_per_node < 1 or self.network.gbps_per_nic <= 0:
