@@ -1,5 +1,6 @@
 """Tables of plan, predict, topo and env piped or on an 80-column terminal: every number, name, strategy
-and phase printed whole (no "…"), prose under the tables, piped output not squeezed to 80 columns."""
+and phase printed whole (no "…"), prose under the tables; plan's piped output at COLUMNS, else 80 columns
+(tests/unit/test_narrow_tables.py has the verbs fitted to the screen)."""
 
 import json
 import os
@@ -53,12 +54,11 @@ def test_plan_rows_are_whole_and_the_why_is_under_the_table(tty, capsys, request
     for row, p in zip(rows, data["plans"]):
         assert row[1] == p["strategy"]
         assert f"{p['tokens_per_s']:,.0f}" in row and f"{p['peak_memory_bytes'] / 2**30:.1f}" in row
-    if tty:  # the table fits the terminal; the prose wraps under it
-        assert max(len(line) for line in text.splitlines()) <= 80
-    else:  # piped: each reason whole, under the table (wrapped at 80 columns), not a column of 12 characters
-        flat = " ".join(text.split())
-        for i, p in enumerate(data["plans"], 1):
-            assert f"{i}. {' '.join(p['why'].split())}" in flat
+    # the table fits the terminal or COLUMNS; the prose wraps under it, each reason whole, not a column of 12
+    assert max(len(line) for line in text.splitlines()) <= 80
+    flat = " ".join(text.split())
+    for i, p in enumerate(data["plans"], 1):
+        assert f"{i}. {' '.join(p['why'].split())}" in flat
 
 
 def test_plan_says_what_the_rows_are_and_how_many_choices(capsys):
@@ -73,14 +73,14 @@ def test_plan_says_what_the_rows_are_and_how_many_choices(capsys):
     assert f"(--top {data['choices']} shows all)" in text
 
 
-def test_plan_piped_through_a_real_pipe_is_not_squeezed():
-    env = {**os.environ, "COLUMNS": "80"}
+def test_plan_piped_through_a_real_pipe_fits_80_columns():
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a pipe without COLUMNS: 80
     done = subprocess.run([sys.executable, "-m", "topowise", "plan", "--model", "llama3.1-8b", "--topology",
                            "h100-nvl-8", "--num-gpus", "8"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     whole(done.stdout)
     assert "{0,1},{2,3},{4,5},{6,7}" in done.stdout  # hsdp's shard groups, all of them
-    assert max(len(line) for line in done.stdout.splitlines()) <= 80  # a pipe at COLUMNS=80 gets 80 columns
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80  # the prose wrapped, the table whole
 
 
 # --- predict -------------------------------------------------------------------------------------
