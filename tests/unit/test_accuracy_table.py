@@ -37,7 +37,7 @@ def generated_table() -> list[str]:
 
 def test_every_row_gives_cases_step_time_and_memory():
     rows = generated_table()
-    assert len(rows) == 5, rows
+    assert len(rows) == 6, rows
     for row in rows:
         n = figures(row)
         # all cases = GPU-bound + host-bound, then at least one step-time pair and the memory pair
