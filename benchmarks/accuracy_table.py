@@ -59,7 +59,7 @@ ROWS = (
         hardware="1x H200", records="h200x1-modes.jsonl", profile="default", topology="h200-x2",
         earlier_model=False),
     Row(what="a GPU no fit saw: llm-foundry's MPT shapes (350M-3B, sequence 2048, micro-batch 2-16, the most one "
-             "GPU holds) and llama3.2-1b, eager and compiled, default profile",
+             "GPU holds) under ddp, zero2 and zero3, and llama3.2-1b, default profile",
         hardware="1x H100 SXM 80GB", records="h100x1-mpt.jsonl", profile="default", topology="hgx-h100-8",
         earlier_model=False),
 )
