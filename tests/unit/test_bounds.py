@@ -119,3 +119,58 @@ def test_power_limit_without_a_documented_minimum_has_a_floor(capsys):
 def test_power_limit_at_the_boards_minimum_still_predicts(capsys):
     code, err = run_cli([*PREDICT_H100, "--power-limit", "200"], capsys)
     assert code == 0, err
+
+
+# Python's int(), float() and \d read any script's digits: "٠,١" was GPUs 0 and 1
+@pytest.mark.parametrize("argv, words", [
+    (["topo", "--preset", "hgx-h100-8", "--gpus", "\u0660,\u0661"], ["--gpus", "ASCII digits"]),
+    (["topo", "--preset", "hgx-h100-8", "--gpus", "\u0660-\u0663"], ["--gpus", "ASCII digits"]),
+    ([*PREDICT[:-4], "--num-gpus", "\u0662", "--strategy", "ddp"], ["--num-gpus", "ASCII digits 0-9"]),
+    ([*PREDICT, "--tp", "\uff12"], ["--tp", "ASCII digits 0-9"]),
+    ([*PREDICT, "--power-limit", "\u0665\u0660\u0660"], ["--power-limit", "ASCII digits 0-9"]),
+    ([*PREDICT, "--gpu-hour-usd", "\u0662.\u0665"], ["--gpu-hour-usd", "not a price"]),
+    (["plan", "--model", "tiny", "--topology", "h200-x2", "--micro-batch", "\u0662"], ["--micro-batch"]),
+    (["topo", "--preset", "\u0661\u0660x hgx-h100-8+ib-ndr"], ["unknown topology"]),
+    (["topo", "--preset", "2x hgx-h100-8+ib-ndrx\u0662"], ["unknown topology"]),
+    (["topo", "--preset", "16x hgx-h100-8+ib-ndr/rack=\u0664"], ["cluster layout"]),
+    (["nccl-tests", "--topology", "hgx-h100-8", "--min-bytes", "\u0668M"], ["--min-bytes"]),
+], ids=["--gpus list", "--gpus range", "--num-gpus", "--tp fullwidth", "--power-limit", "--gpu-hour-usd",
+        "plan --micro-batch", "cluster nodes", "cluster NICs", "cluster layout", "nccl-tests size"])
+def test_numbers_in_other_scripts_digits_are_refused(argv, words, capsys):
+    _one_line(*run_cli(argv, capsys), *words)
+
+
+def test_ascii_gpu_lists_still_work(capsys):
+    code, err = run_cli(["topo", "--preset", "hgx-h100-8", "--gpus", "0,1,4-5"], capsys)
+    assert code == 0, err
+
+
+SMI = DATA / "17_h200-x2_nv18.txt"  # `nvidia-smi topo -m` of 2x H200 (NV18), with its legend
+SMI_NICS = DATA / "13_l40s-x4_pcie_nics2.txt"  # 4x L40S and 2 NICs, with a NIC Legend
+
+
+@pytest.mark.parametrize("cut, words", [
+    (lambda s: s[: len(s) // 2], ["stops inside the legend", "cut short"]),  # the sweep's smi-half.txt
+    (lambda s: s[:100], ["line 3: row GPU1 ends after 1 of the 3 cells", "cut short"]),
+    (lambda s: s.replace("GPU0\tGPU1\tCPU", "GPU0\tCPU", 1), ["more path cells than the header has columns"]),
+    (lambda s: s.replace("GPU1", "GPU\u0661"), ["expected GPU columns GPU0, GPU1"]),
+], ids=["cut in the legend", "cut in the last row", "header lost a column", "GPU column in Arabic digits"])
+def test_topo_text_whose_rows_and_columns_do_not_match_is_refused(cut, words, tmp_path, capsys):
+    path = tmp_path / "smi-half.txt"
+    path.write_text(cut(SMI.read_text()))
+    _one_line(*run_cli(["topo", "--file", str(path)], capsys), *words)
+
+
+def test_topo_text_whose_nic_legend_was_cut_is_refused(tmp_path, capsys):
+    path = tmp_path / "smi-nics.txt"
+    text = SMI_NICS.read_text()
+    path.write_text(text[: text.index("NIC1: ")])
+    _one_line(*run_cli(["topo", "--file", str(path), "--gpu-name", "L40S"], capsys), "NIC Legend lacks NIC1")
+
+
+@pytest.mark.parametrize("keep", [lambda s: s, lambda s: s[: s.index("Legend:")]], ids=["whole", "matrix alone"])
+def test_whole_topo_text_or_its_matrix_alone_still_reads(keep, tmp_path, capsys):
+    path = tmp_path / "smi.txt"
+    path.write_text(keep(SMI.read_text()))
+    code, err = run_cli(["topo", "--file", str(path), "--gpu-name", "H200"], capsys)
+    assert code == 0, err

@@ -524,14 +524,23 @@ def _ranges(indices: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" if b > a + 1 else f"{a},{b}" for a, b in runs)
 
 
+def ascii_int(text: str) -> int:
+    """int() of a number written in ASCII digits; ValueError otherwise. int() alone reads any script's
+    digits ("٠,١" would name GPUs 0 and 1)."""
+    text = str(text).strip()
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII digits")
+    return int(text)
+
+
 def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
-    """`--gpus 0,1,4-7` -> (0, 1, 4, 5, 6, 7), checked against the topology."""
+    """`--gpus 0,1,4-7` -> (0, 1, 4, 5, 6, 7), checked against the topology; ASCII digits only."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
         try:
             if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
+                lo, hi = (ascii_int(x) for x in part.split("-", 1))
                 if hi < lo or lo < 0:
                     raise ValueError
                 if hi > max(topo.indices, default=-1):  # before the range is built: 0-99999999999 is not a MemoryError
@@ -539,9 +548,10 @@ def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
                                      f"{_ranges(topo.indices)}")
                 out.extend(range(lo, hi + 1))
             else:
-                out.append(int(part))
+                out.append(ascii_int(part))
         except ValueError:
-            raise UsageError(f"--gpus {text!r}: {part!r} is not a GPU index or range (write e.g. 0,1 or 0-3)") from None
+            raise UsageError(f"--gpus {text!r}: {part!r} is not a GPU index or range (write e.g. 0,1 or 0-3 in "
+                             "ASCII digits)") from None
     if len(set(out)) != len(out):
         raise UsageError(f"--gpus {text!r} names a GPU twice")
     bad = [i for i in out if i not in topo.indices]
