@@ -327,6 +327,14 @@ def hbm_bytes_per_s(name: str) -> float:
 # measured at the rated limit (the 2x H200 machine here ran its steps at 1484-1959 MHz of 1980 under
 # 700 W: research/2026-12-02-h200x1/clocks), so the rated limit is the reference: clock ratio 1 there.
 POWER_CLOCK_EXPONENT = 1.0 / 3.0
+# The lowest limit nvidia-smi -pl takes (NVML's minimum enforced limit), W, by catalogue key, where a document gives
+# it: B200, NVIDIA DGX B200 User Guide, "Managing Power Capping" (Redfish PowerLimitWatts AllowableMin 200,
+# AllowableMax 1000); H100 and H200 (verify): an earlier edition of that page shows AllowableMin 200 for a 700 W
+# board, and arXiv 2604.11391 capped H100 (HBM2e) and H200 from 200 W up (docs/sources.md, "Power limit").
+MIN_POWER_LIMIT_W: dict[str, float] = {"H100": 200.0, "H100 96GB": 200.0, "H200": 200.0, "B200": 200.0}
+# Elsewhere a fifth of the rated power: the lowest share those documents give (B200: 200 of 1000 W); below it no
+# board of the catalogue is known to go, and the cube law would be stretched past any measured cap.
+MIN_POWER_FRACTION = 0.2
 
 
 def clock_fraction(spec: GpuSpec, limit_w: float) -> float:
@@ -336,8 +344,14 @@ def clock_fraction(spec: GpuSpec, limit_w: float) -> float:
     return (limit_w / spec.tdp_w) ** POWER_CLOCK_EXPONENT
 
 
+def min_power_limit_w(spec: GpuSpec) -> float:
+    """The lowest power limit the part takes, W: MIN_POWER_LIMIT_W where documented, else MIN_POWER_FRACTION x rated."""
+    return MIN_POWER_LIMIT_W.get(spec.name, MIN_POWER_FRACTION * spec.tdp_w)
+
+
 def check_power_limit(spec: GpuSpec, limit_w: float, flag: str = "--power-limit") -> None:
-    """Refuse a limit the part cannot be set to: none at all, above its rated power, or an unknown rating."""
+    """Refuse a limit the part cannot be set to: none at all, above its rated power, below its minimum, or an
+    unknown rating."""
     if not limit_w > 0:
         raise UsageError(f"{flag} {limit_w:g}: give the GPU's power limit in watts, above 0")
     if not spec.tdp_w:
@@ -346,6 +360,12 @@ def check_power_limit(spec: GpuSpec, limit_w: float, flag: str = "--power-limit"
     if limit_w > spec.tdp_w:
         raise UsageError(f"{flag} {limit_w:g}: above the {spec.name} rated {spec.tdp_w:g} W, the most nvidia-smi "
                          "-pl accepts")
+    floor = min_power_limit_w(spec)
+    if limit_w < floor:
+        why = ("the least nvidia-smi -pl accepts" if spec.name in MIN_POWER_LIMIT_W else
+               f"a fifth of its rated {spec.tdp_w:g} W; its own minimum is not in the catalogue")
+        raise UsageError(f"{flag} {limit_w:g}: below the {spec.name}'s minimum of {floor:g} W ({why}); give "
+                         f"{floor:g} to {spec.tdp_w:g} W")
 
 
 def at_power_limit(spec: GpuSpec, limit_w: float) -> GpuSpec:

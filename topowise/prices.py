@@ -15,6 +15,7 @@ GPU without a default and without a user price leaves the cost unknown, never a 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -137,13 +138,20 @@ def job_cost(prices: Prices, *, gpu_name: str, gpus: int, nodes: int, network_ki
     return Cost(gpu, net, per_hour, per_million, gpu_from, net_from)
 
 
+# A price per hour past this is a typo: 150x the dearest GPU-hour listed above (B200, 6.69 USD).
+MAX_USD_PER_HOUR = 1000.0
+
+
 def _usd(text: str, flag: str) -> float:
     try:
-        value = float(text)
+        value = float(text) if str(text).isascii() else math.nan  # float() would read any script's digits
     except ValueError:
         raise UsageError(f"{flag}: {text!r} is not a price in USD (e.g. {flag} 2.5)") from None
     if not value >= 0 or value == float("inf"):
         raise UsageError(f"{flag}: {text!r} is not a price in USD (e.g. {flag} 2.5)")
+    if value > MAX_USD_PER_HOUR:
+        raise UsageError(f"{flag} {text}: give at most {MAX_USD_PER_HOUR:g} USD an hour (the dearest list price "
+                         "here is under 7; a price past it is a typo)")
     return value
 
 

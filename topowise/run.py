@@ -126,6 +126,13 @@ MAX_SEQ_LEN = 2**19
 # How far past its published context a rotary model is taken, with a warning: the largest rope
 # scaling factor in the presets' own configs (Llama 3.1: 8192 -> 131072 tokens, factor 8).
 ROPE_STRETCH = 8
+# Typo catchers: counts no real job reaches, so that 99999999999999999999 is refused, not predicted.
+# Sequences (or samples) per GPU per step: published runs stay in the thousands (recommendation models' samples)
+# or under 100 (language models' sequences).
+MAX_MICRO_BATCH = 65_536
+# Micro-batches per optimizer step: 4x the planner's limit of the practical (planner/regions.py, 4,096); a
+# pipeline's schedule is replayed micro-batch by micro-batch, so the bound also keeps a prediction in seconds.
+MAX_GRAD_ACCUM = 16_384
 _warned_context: set[tuple[str, int]] = set()
 
 
@@ -226,6 +233,9 @@ class Run:
         object.__setattr__(self, "selective_ac_option", option)
         if isinstance(self.micro_batch, bool) or not isinstance(self.micro_batch, int) or self.micro_batch < 1:
             raise UsageError(f"--micro-batch must be at least 1, not {self.micro_batch!r}")
+        if self.micro_batch > MAX_MICRO_BATCH:
+            raise UsageError(f"--micro-batch {self.micro_batch:,}: give at most {MAX_MICRO_BATCH:,} sequences per GPU "
+                             "(published runs stay in the thousands; a count past it is a typo)")
         if self.seq_len < 1:
             raise UsageError(f"sequence length must be a positive number of tokens, not {self.seq_len}")
         check_seq_len(self.model, self.seq_len)
@@ -258,6 +268,13 @@ class Run:
                 raise UsageError(f"{name.replace('_', ' ')} must be a whole number of at least 1, not {value!r}")
         if self.ep != 1:
             raise UsageError(f"expert parallelism is not modelled: give ep 1, not {self.ep}")
+        if self.grad_accum > MAX_GRAD_ACCUM:
+            raise UsageError(f"--grad-accum {self.grad_accum:,}: give at most {MAX_GRAD_ACCUM:,} micro-batches per "
+                             "optimizer step (a count past it is a typo)")
+        layers = max(1, self.model.num_layers)
+        if self.virtual_stages > layers:  # a model chunk holds at least one layer
+            raise UsageError(f"--virtual-stages {self.virtual_stages:,}: give at most {layers}, {self.model.name}'s "
+                             "layer count (each model chunk holds at least one layer)")
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         schedule = str(self.pp_schedule).strip().lower()
         if schedule not in SCHEDULES:

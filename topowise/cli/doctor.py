@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _positive(text: str, flag: str) -> int:
-    if not str(text).isdigit() or int(text) < 1:
+    if not (str(text).isascii() and str(text).isdecimal()) or int(text) < 1:  # isdigit() takes "²", int() not
         raise UsageError(f"{flag} {text!r}: give a positive whole number")
     return int(text)
 

@@ -23,6 +23,31 @@ def add_model_arguments(parser: argparse.ArgumentParser, fabric_help: str) -> No
                              "power")
 
 
+def _ascii_number(kind):
+    """argparse's type=int or type=float, reading ASCII digits only: int() and float() take any script's
+    digits, so --tp ٢ would be 2 and --num-gpus ８ 8, a number nobody meant to type."""
+    def parse(text: str):
+        if not str(text).isascii():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number in ASCII digits 0-9")
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its message: "invalid int value"
+    return parse
+
+
+_ASCII_TYPES = {int: _ascii_number(int), float: _ascii_number(float)}
+
+
+def ascii_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every type=int and type=float flag of `parser` and its sub-verbs reads ASCII digits only."""
+    for action in parser._actions:
+        if action.type in _ASCII_TYPES:
+            action.type = _ASCII_TYPES[action.type]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                ascii_numbers(sub)
+
+
 def power_limited(topology, args: argparse.Namespace):
     """The topology with --power-limit on its GPUs (a property of the hardware, carried by the node so a
     cluster's nodes all have it); unchanged without the flag."""

@@ -56,6 +56,7 @@ def build_parser(verb: str | None) -> argparse.ArgumentParser:
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback on error")
         if name == verb:  # only the verb being run imports its module
             _module_for(name).add_arguments(sub)
+            importlib.import_module("topowise.cli.flags").ascii_numbers(sub)  # ASCII digits only
     return parser
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from topowise.cli.flags import add_wide_argument
 from topowise.errors import UsageError
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE | re.ASCII)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from topowise.cli.flags import add_kernel_arguments, add_model_arguments, add_wide_argument
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
+from topowise.topology.model import ascii_int
 
 EXPORTS = ("torchrun", "slurm", "accelerate", "deepspeed", "torchtitan", "megatron")
 
@@ -55,7 +56,7 @@ def whole_number(text: str | None, flag: str) -> int | None:
     if text is None:
         return None
     try:
-        return int(str(text).strip())
+        return ascii_int(text)
     except ValueError:
         raise UsageError(f"{flag} {text!r} is not a positive integer (e.g. {flag} 2)") from None
 

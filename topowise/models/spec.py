@@ -260,13 +260,34 @@ def _warn_once(key: tuple[str, str], text: str) -> None:
         sys.stderr.write(f"topowise: warning: {text}\n")
 
 
+# Ceilings on a config's sizes, far above every published dense model, so that a typo or a broken file is refused
+# (vocab_size 1e15 would be predicted as a 10^18-parameter model): (ceiling, the largest published). Megatron-LM's
+# 1T model: Narayanan et al. SC'21, Table 1.
+_VOCAB = (2**22, "Gemma 3's ~262k tokens")  # 16x the largest vocabulary
+_HIDDEN = (2**17, "Megatron-LM's 1T model's 25,600")  # 5x
+_LAYERS = (2**12, "DeepNet's 1,000 (Wang et al. 2022, arXiv 2203.00555)")  # 4x
+_HEADS = (2**12, "Megatron-LM's 1T model's 160")  # 25x
+_INNER = (2**19, "Megatron-LM's 1T model's 102,400")  # 5x
+_CONTEXT = (2**27, "Llama 4 Scout's 10M tokens")  # 12x
+MAX_CONFIG_SIZES: dict[str, tuple[int, str]] = {
+    "vocab_size": _VOCAB, "hidden_size": _HIDDEN, "n_embd": _HIDDEN, "num_hidden_layers": _LAYERS,
+    "n_layer": _LAYERS, "num_attention_heads": _HEADS, "n_head": _HEADS, "num_key_value_heads": _HEADS,
+    "head_dim": (2**12, "Gemma's 256"), "intermediate_size": _INNER, "n_inner": _INNER,
+    "max_position_embeddings": _CONTEXT, "n_positions": _CONTEXT,
+}
+
+
 def _size(where: str, config: dict, key: str) -> int:
-    """config[key] as a positive integer (4096 or 4096.0); anything else names the field."""
+    """config[key] as a positive integer (4096 or 4096.0) within MAX_CONFIG_SIZES; anything else names the field."""
     value = config[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{where}: {key} is {value!r}; it must be a positive integer")
+    ceiling, largest = MAX_CONFIG_SIZES[key]
+    if value > ceiling:
+        raise UsageError(f"{where}: {key} is {value:,}; give at most {ceiling:,} (the largest published is "
+                         f"{largest}; a size past it is a typo)")
     return value
 
 

@@ -61,8 +61,9 @@ _MEMO_ENTRIES = 4096  # groups remembered per cluster (a plan asks of a few hund
 # The largest training clusters reported by 2026 hold ~200k GPUs (25k nodes of 8): a power of two above that.
 MAX_NODES = 32_768
 
-_NAME = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9._-]+)\s*\+\s*([A-Za-z0-9.-]+?)(?:x(\d+))?\s*(?:/\s*(.*?))?\s*$")
-_REGIONS = re.compile(r"^\s*(\d+)\s*x\s*\((.+)\)\s*\+\s*(wan-\S*)\s*$")
+_NAME = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9._-]+)\s*\+\s*([A-Za-z0-9.-]+?)(?:x(\d+))?\s*(?:/\s*(.*?))?\s*$",
+                   re.ASCII)  # ASCII digits: \d alone takes any script's ("١٠x ..." would be 10 nodes)
+_REGIONS = re.compile(r"^\s*(\d+)\s*x\s*\((.+)\)\s*\+\s*(wan-\S*)\s*$", re.ASCII)
 
 
 @dataclass(frozen=True)

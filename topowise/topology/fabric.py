@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from topowise import hardware
 from topowise.errors import UsageError
+from topowise.topology.model import MAX_NIC_GBPS
 
 # Defaults for a network named without a NIC count. InfiniBand and RoCE: one NIC per GPU on a
 # rail-optimized fabric, as NVIDIA's HGX reference architectures wire them (each GPU its own NIC,
@@ -32,8 +33,9 @@ WAN_CIPHERS = ("none", "aes-gcm", "chacha20", "tls")
 # 8-core gateway or 8 cores across the region's hosts; give "-<n>cores" or JSON wan.cores).
 WAN_DEFAULT_CORES = 8
 
-_CUSTOM = re.compile(r"custom-(\d+(?:\.\d+)?)gbit-(\d+(?:\.\d+)?)us(-rdma)?")
-_WAN = re.compile(r"wan-(\d+(?:\.\d+)?)gbit-(\d+(?:\.\d+)?)ms(?:-(none|aes-gcm|chacha20|tls))?(?:-(\d+)cores)?")
+_CUSTOM = re.compile(r"custom-(\d+(?:\.\d+)?)gbit-(\d+(?:\.\d+)?)us(-rdma)?", re.ASCII)
+_WAN = re.compile(r"wan-(\d+(?:\.\d+)?)gbit-(\d+(?:\.\d+)?)ms(?:-(none|aes-gcm|chacha20|tls))?(?:-(\d+)cores)?",
+                  re.ASCII)
 CUSTOM_SYNTAX = "custom-<rate>gbit-<latency>us[-rdma], e.g. custom-25gbit-5us (TCP sockets) or custom-200gbit-2us-rdma"
 WAN_SYNTAX = ("wan-<rate>gbit-<rtt>ms[-none|-aes-gcm|-chacha20|-tls][-<n>cores], "
               "e.g. wan-100gbit-30ms-aes-gcm")
@@ -79,9 +81,9 @@ class NetworkSpec:
                              f"{', '.join(TRANSPORTS)}")
         if not latency >= 0 or latency == math.inf:
             raise UsageError(f"network {self.kind!r}: latency_us must be >= 0, not {latency}")
-        if not 0 < self.gbps_per_nic < math.inf:
-            raise UsageError(f"network {self.kind!r}: gbps_per_nic must be a rate above 0 GB/s, "
-                             f"not {self.gbps_per_nic}")
+        if not 0 < self.gbps_per_nic <= MAX_NIC_GBPS:
+            raise UsageError(f"network {self.kind!r}: gbps_per_nic must be a rate above 0 GB/s and at most "
+                             f"{MAX_NIC_GBPS:,.0f} (an 800 Gb/s NIC gives 100), not {self.gbps_per_nic:.4g}")
         if not 0 <= self.nics_per_node <= MAX_NICS_PER_NODE:  # 0: one per GPU, resolved by make_cluster
             raise UsageError(f"network {self.kind!r}: {self.nics_per_node} NICs per node; give 1 to "
                              f"{MAX_NICS_PER_NODE}")
@@ -211,7 +213,7 @@ def network_spec(text: str) -> NetworkSpec | None:
     Returns None for an unknown kind; a malformed custom link is a UsageError saying the syntax. The
     per-GPU default count is resolved by `make_cluster`.
     """
-    match = re.fullmatch(r"([A-Za-z0-9.-]+?)(?:x(\d+))?", text.strip())
+    match = re.fullmatch(r"([A-Za-z0-9.-]+?)(?:x(\d+))?", text.strip(), re.ASCII)
     if not match:
         return None
     kind, count_text = match.group(1), match.group(2)
@@ -270,7 +272,7 @@ def parse_layout(text: str) -> Layout:
     values: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")
-        if not eq or key.strip() not in ("rack", "apart", "hops", "rail") or not value.strip():
+        if not eq or key.strip() not in ("rack", "apart", "hops", "rail") or not value.strip() or not value.isascii():
             raise UsageError(f"cluster layout {text!r}: write {LAYOUT_SYNTAX}")
         values[key.strip()] = value.strip().replace(" ", "")
     for key in ("rack", "rail"):  # 0 is the JSON default ("not given"), never a count someone writes

@@ -30,6 +30,11 @@ PCIE_KINDS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 NVLINK = "NV"
 # NVLink ports of one GPU (H100, H200, B200: 18); a pair cannot bond more (NV18 on an NVSwitch board).
 MAX_NVLINKS = 18
+# Ceilings for hand-edited topology JSON, far above any part made, so that a typo is refused and not
+# predicted (a 1e30 GB/s link would make every collective free):
+MAX_LINK_GBPS = 10_000.0  # GB/s a direction between two GPUs: 11x NVLink 5's 900 (hardware.py, B200)
+MAX_GPU_MEMORY_BYTES = 2.0**42  # 4 TiB: 15x the largest GPU memory, 288 GB (hardware.py, B300 and GB300)
+MAX_NIC_GBPS = 1_000.0  # GB/s a direction: 10x an 800 Gb/s NIC (ConnectX-8, 100 GB/s; hardware.NETWORKS)
 
 
 @dataclass(frozen=True)
@@ -399,8 +404,9 @@ def selection_of(topo: Wiring, chosen: tuple[int, ...]) -> dict:
 
 def check_topology(topo: Topology, where: str) -> None:
     """Refuse a topology no machine has (a file edited by hand or cut short): each GPU once, a link of a
-    known kind at a positive, finite rate between every pair of its GPUs, memory and NIC rates not
-    negative (0: unknown, the datasheet's). A negative link would make a step faster, NaN poisons every sum."""
+    known kind at a positive rate between every pair of its GPUs, memory and NIC rates not negative (0:
+    unknown, the datasheet's), each under its MAX_ ceiling, a power limit the GPU takes. A negative link would
+    make a step faster, NaN poisons every sum, a 1e30 GB/s link makes communication free."""
     indices = [g.index for g in topo.gpus]
     if not indices:
         raise UsageError(f"{where}: the topology lists no GPUs")
@@ -410,6 +416,9 @@ def check_topology(topo: Topology, where: str) -> None:
         if not _is_number(g.memory_bytes) or not 0 <= g.memory_bytes < math.inf:
             raise UsageError(f"{where}: GPU {g.index} memory_bytes is {g.memory_bytes!r}; give its memory in bytes "
                              "(0: the datasheet's)")
+        if g.memory_bytes > MAX_GPU_MEMORY_BYTES:
+            raise UsageError(f"{where}: GPU {g.index} memory_bytes is {g.memory_bytes:.3g}; give at most "
+                             f"{MAX_GPU_MEMORY_BYTES:.4g} (4 TiB; the largest GPU holds 288 GB)")
     if len(set(indices)) != len(indices):
         twice = next(i for i in indices if indices.count(i) > 1)
         raise UsageError(f"{where}: GPU {twice} is listed twice; each GPU once, numbered 0..{len(indices) - 1}")
@@ -428,6 +437,9 @@ def check_topology(topo: Topology, where: str) -> None:
                              f"one of {', '.join(PCIE_KINDS)}")
         if not _is_number(l.gbps) or not 0 < l.gbps < math.inf:
             raise UsageError(f"{where}: the pair {l.a}-{l.b} runs at {l.gbps!r} GB/s; give a rate above 0")
+        if l.gbps > MAX_LINK_GBPS:
+            raise UsageError(f"{where}: the pair {l.a}-{l.b} runs at {l.gbps:.3g} GB/s; give at most "
+                             f"{MAX_LINK_GBPS:,.0f} GB/s a direction (the fastest link, NVLink 5, gives a GPU 900)")
         if l.kind == NVLINK and not (_is_int(l.nvlinks) and 1 <= l.nvlinks <= MAX_NVLINKS):
             raise UsageError(f"{where}: the pair {l.a}-{l.b} bonds {l.nvlinks!r} NVLinks; a GPU has 1 to "
                              f"{MAX_NVLINKS}")
@@ -437,8 +449,14 @@ def check_topology(topo: Topology, where: str) -> None:
     for n in topo.nics:
         if not _is_number(n.gbps) or not 0 <= n.gbps < math.inf:
             raise UsageError(f"{where}: NIC {n.name!r} runs at {n.gbps!r} GB/s; give a rate >= 0 (0: unknown)")
+        if n.gbps > MAX_NIC_GBPS:
+            raise UsageError(f"{where}: NIC {n.name!r} runs at {n.gbps:.3g} GB/s; give at most {MAX_NIC_GBPS:,.0f} "
+                             "GB/s a direction (an 800 Gb/s NIC gives 100)")
         if any(g not in known for g in n.nearest_gpus):
             raise UsageError(f"{where}: NIC {n.name!r} is near GPUs {list(n.nearest_gpus)}, not all listed")
+    if topo.power_limit_w:
+        hardware.check_power_limit(hardware.gpu_spec(topo.gpus[0].name), topo.power_limit_w,
+                                   flag=f"{where}: power_limit_w")
 
 
 def _is_int(value: object) -> bool:
@@ -506,14 +524,23 @@ def _ranges(indices: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" if b > a + 1 else f"{a},{b}" for a, b in runs)
 
 
+def ascii_int(text: str) -> int:
+    """int() of a number written in ASCII digits; ValueError otherwise. int() alone reads any script's
+    digits ("٠,١" would name GPUs 0 and 1)."""
+    text = str(text).strip()
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII digits")
+    return int(text)
+
+
 def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
-    """`--gpus 0,1,4-7` -> (0, 1, 4, 5, 6, 7), checked against the topology."""
+    """`--gpus 0,1,4-7` -> (0, 1, 4, 5, 6, 7), checked against the topology; ASCII digits only."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
         try:
             if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
+                lo, hi = (ascii_int(x) for x in part.split("-", 1))
                 if hi < lo or lo < 0:
                     raise ValueError
                 if hi > max(topo.indices, default=-1):  # before the range is built: 0-99999999999 is not a MemoryError
@@ -521,9 +548,10 @@ def parse_gpu_list(text: str, topo: Wiring) -> tuple[int, ...]:
                                      f"{_ranges(topo.indices)}")
                 out.extend(range(lo, hi + 1))
             else:
-                out.append(int(part))
+                out.append(ascii_int(part))
         except ValueError:
-            raise UsageError(f"--gpus {text!r}: {part!r} is not a GPU index or range (write e.g. 0,1 or 0-3)") from None
+            raise UsageError(f"--gpus {text!r}: {part!r} is not a GPU index or range (write e.g. 0,1 or 0-3 in "
+                             "ASCII digits)") from None
     if len(set(out)) != len(out):
         raise UsageError(f"--gpus {text!r} names a GPU twice")
     bad = [i for i in out if i not in topo.indices]

@@ -24,13 +24,17 @@ from topowise.errors import UsageError
 from topowise.topology.model import MAX_NVLINKS, NVLINK, PCIE_KINDS, Gpu, Link, Nic, Topology
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_GPU = re.compile(r"GPU(\d+)$")
+# re.ASCII throughout: \d alone takes any script's digits (GPU٠ would be GPU 0)
 # GPU names in other nvidia-smi output pasted along with the matrix: `-L`, `-q`, the plain table.
-_LIST_LINE = re.compile(r"^\s*GPU (\d+): (.+?)\s*\(UUID:")
+_LIST_LINE = re.compile(r"^\s*GPU (\d+): (.+?)\s*\(UUID:", re.ASCII)
 _QUERY_LINE = re.compile(r"^\s*Product Name\s*:\s*(.+?)\s*$")
-_TABLE_ROW = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s+\|")
+_TABLE_ROW = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s+\|", re.ASCII)
 UNNAMED = "unknown"  # the GPU name when neither --gpu-name nor the text gives one
-_NV = re.compile(r"NV(\d+)$")
+_NV = re.compile(r"NV(\d+)$", re.ASCII)
+_NIC_LEGEND_LINE = re.compile(r"\s*(NIC\d+):\s*(\S+)\s*$", re.ASCII)
+# The legend's last entry, printed by every driver since NVLink (Pascal): a legend without it was cut short.
+_LEGEND_LAST = "NV#"
+_WHOLE = "paste the whole `nvidia-smi topo -m` output"
 # Words that start the trailing columns: "CPU Affinity", "NUMA Affinity", "GPU NUMA ID".
 _TRAILING_WORDS = {"CPU", "NUMA", "GPU"}
 # Older drivers print SOC for what newer ones call SYS (nvidia-smi release notes, driver 384).
@@ -50,7 +54,7 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
     lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
     header_at = _header_line(lines)
     columns = _device_columns(lines[header_at].split(), header_at + 1)
-    gpu_cols = [c for c in columns if _GPU.match(c)]
+    gpu_cols = [c for c in columns if c.startswith("GPU")]  # GPU٠ too: refused below, never read as a NIC
     if gpu_cols != [f"GPU{i}" for i in range(len(gpu_cols))] or columns[:len(gpu_cols)] != gpu_cols:
         raise UsageError(f"line {header_at + 1}: expected GPU columns GPU0, GPU1, ... first, in order, "
                          f"got {' '.join(columns)}")
@@ -59,6 +63,7 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
     # Device rows follow the header, one per column, in the header's order.
     cells: dict[str, list[str]] = {}
     numa: dict[int, int | None] = {}
+    trailing: dict[str, tuple[int, int]] = {}  # GPU row -> (line, cells after the matrix: CPU and NUMA affinity)
     for k, col in enumerate(columns):
         lineno = header_at + 2 + k
         row = lines[lineno - 1].split() if lineno <= len(lines) else []
@@ -70,6 +75,11 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
         if len(values) < len(columns):
             raise UsageError(f"line {lineno}: row {col} has {len(values)} cells, expected {len(columns)} "
                              f"(one per column {' '.join(columns)})")
+        if any(_cell_kind(v) is not None for v in row[1 + len(columns):]):
+            raise UsageError(f"line {lineno}: row {col} has more path cells than the header has columns "
+                             f"({' '.join(columns)}): the header and the rows do not match; {_WHOLE}")
+        if k < n_gpus:
+            trailing[col] = (lineno, len(row) - 1 - len(columns))
         for c, v in zip(columns, values):
             if _cell_kind(v) is None:
                 raise UsageError(f"line {lineno}: cell {col}/{c} is {v!r}, expected X, NV<n> (n 1 to {MAX_NVLINKS}) "
@@ -77,6 +87,7 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
         cells[col] = values
         if k < n_gpus:
             numa[k] = _numa_affinity(row[1 + len(columns):])
+    _check_whole(lines, columns[n_gpus:], trailing)
     nic_names = _nic_legend(lines)
 
     names = dict.fromkeys(range(n_gpus), gpu_name) if gpu_name is not None else _gpu_names(lines, n_gpus)
@@ -110,6 +121,30 @@ def parse_topo_text(text: str, name: str = "nvidia-smi", gpu_name: str | None = 
         for k, col in enumerate(columns) if k >= n_gpus
     )
     return Topology(name, gpus, tuple(links), nics, infer_nvswitch(links, n_gpus), pcie_gen, "; ".join(notes))
+
+
+def _check_whole(lines: list[str], nic_columns: list[str], trailing: dict[str, tuple[int, int]]) -> None:
+    """Refuse text cut short: a GPU row with fewer affinity cells than the other GPU rows (nvidia-smi fills
+    every one), a legend that stops before its last entry, a NIC legend that lacks a NIC of the matrix
+    (its name would be lost)."""
+    most = max((n for _, n in trailing.values()), default=0)
+    for col, (lineno, n) in trailing.items():
+        if n < most:
+            raise UsageError(f"line {lineno}: row {col} ends after {n} of the {most} cells after the matrix (CPU "
+                             f"and NUMA affinity) that the other GPU rows have: the table was cut short; {_WHOLE}")
+    words = [line.strip() for line in lines]
+    if "Legend:" in words:
+        legend = words[words.index("Legend:") + 1:]
+        if not any(w.startswith(_LEGEND_LAST) for w in legend):
+            last = next((w for w in reversed(legend) if w), "Legend:")
+            raise UsageError(f"the text stops inside the legend, before its {_LEGEND_LAST} entry (it ends "
+                             f"{last[-40:]!r}): it was cut short; {_WHOLE}")
+    if "NIC Legend:" in words:
+        named = {m.group(1) for m in map(_NIC_LEGEND_LINE.match, lines) if m}
+        missing = [c for c in nic_columns if re.fullmatch(r"NIC\d+", c, re.ASCII) and c not in named]
+        if missing:
+            raise UsageError(f"the NIC Legend lacks {missing[0]}, a column of the matrix: the text was cut short; "
+                             f"{_WHOLE}")
 
 
 def infer_nvswitch(links, n_gpus: int) -> bool:
@@ -198,7 +233,7 @@ def _path_kind(cell: str) -> tuple[str, int]:
 
 def _numa_affinity(trailing: list[str]) -> int | None:
     """Trailing cells are CPU Affinity, NUMA Affinity, GPU NUMA ID; the NUMA node is the second if an int."""
-    if len(trailing) >= 2 and trailing[1].isdigit():
+    if len(trailing) >= 2 and trailing[1].isascii() and trailing[1].isdecimal():
         return int(trailing[1])
     return None
 
@@ -207,7 +242,7 @@ def _nic_legend(lines: list[str]) -> dict[str, str]:
     """`NIC Legend:` lines such as `  NIC0: mlx5_2` -> {"NIC0": "mlx5_2"}."""
     out = {}
     for line in lines:
-        m = re.match(r"\s*(NIC\d+):\s*(\S+)\s*$", line)
+        m = _NIC_LEGEND_LINE.match(line)
         if m:
             out[m.group(1)] = m.group(2)
     return out
