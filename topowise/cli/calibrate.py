@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from topowise.errors import UsageError
     from topowise.measure.launcher import require_torch
 
+    check_out_folder(args.out)
     if args.only == "encryption":
         return run_encryption(args)
     if args.timeout <= 0:
@@ -121,6 +122,24 @@ def run(args: argparse.Namespace) -> int:
     for warning in result.report.get("warnings", []):
         sys.stderr.write(f"topowise: warning: {warning}\n")
     return 1 if result.report.get("problems") else 0
+
+
+def check_out_folder(out: str | None) -> None:
+    """--out goes into a folder that exists, before anything is measured: a typo in the folder is refused
+    rather than made into new folders (or, for --out of a folder, into DIR.tmp beside it)."""
+    from pathlib import Path
+
+    from topowise.errors import UsageError
+
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise UsageError(f"--out {out} is a folder: give the profile's file name, e.g. {path / 'profile.json'}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise UsageError(f"--out {out}: " + (f"{folder} is a file, not a folder" if folder.exists() else
+                                             f"no folder {folder} (create it first)"))
 
 
 def run_encryption(args: argparse.Namespace) -> int:

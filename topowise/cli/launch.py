@@ -17,6 +17,7 @@ import argparse
 import os
 import shutil
 import sys
+from pathlib import Path
 
 from topowise.errors import UsageError
 
@@ -117,7 +118,16 @@ def binding_of(args: argparse.Namespace, plan):
 def run_dir_of(args: argparse.Namespace) -> str:
     import time
 
-    return os.path.abspath(args.run_dir or os.path.join("runs", time.strftime("launch-%Y%m%d-%H%M%S", time.gmtime())))
+    run_dir = os.path.abspath(args.run_dir or os.path.join("runs", time.strftime("launch-%Y%m%d-%H%M%S",
+                                                                                     time.gmtime())))
+    # a file where the run folder (or a folder above it) belongs: refused now, dry run included, not at the
+    # first flight-recorder dump
+    above = next((p for p in (run_dir, *(str(q) for q in Path(run_dir).parents)) if os.path.lexists(p)), None)
+    if above is not None and not os.path.isdir(above):
+        raise UsageError(f"--run-dir {args.run_dir or run_dir}: " + ("a file, not a folder" if above == run_dir else
+                                                                    f"{above} is a file, not a folder")
+                         + ": give a folder (it is made if missing)")
+    return run_dir
 
 
 def run(args: argparse.Namespace) -> int:

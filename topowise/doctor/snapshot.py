@@ -8,6 +8,9 @@ say "could not read" rather than guess. `doctor --save-snapshot FILE` writes thi
 from __future__ import annotations
 
 import json
+import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -110,32 +113,123 @@ class Snapshot:
         if data.get("version") != VERSION:
             raise UsageError(f"{where}: snapshot version {data.get('version')!r}; this topowise reads {VERSION}")
         try:
-            return cls(
-                host=str(data["host"]),
-                taken_at=str(data["taken_at"]),
-                gpu_note=str(data.get("gpu_note", "")),
-                driver=data.get("driver"),
-                gpus=tuple(_build(GpuState, g) for g in data.get("gpus", [])),
-                topology=data.get("topology"),
-                bridges=tuple(_build(PciBridge, b) for b in data.get("bridges", [])),
-                nics=tuple(_build(NicState, n) for n in data.get("nics", [])),
+            snap = cls(
+                host=_typed("host", data["host"], str),
+                taken_at=_typed("taken_at", data["taken_at"], str),
+                gpu_note=_typed("gpu_note", data.get("gpu_note", ""), str),
+                driver=_typed("driver", data.get("driver"), str | None),
+                gpus=tuple(_build(GpuState, g) for g in _typed("gpus", data.get("gpus", []), list)),
+                topology=_typed("topology", data.get("topology"), dict | None),
+                bridges=tuple(_build(PciBridge, b) for b in _typed("bridges", data.get("bridges", []), list)),
+                nics=tuple(_build(NicState, n) for n in _typed("nics", data.get("nics", []), list)),
                 iommu=_build(Iommu, data.get("iommu", {"groups": 0})),
-                cpus=Cpus(count=int(data["cpus"]["count"]), usable=int(data["cpus"]["usable"]),
-                          numa_nodes=tuple((int(n), str(c)) for n, c in data["cpus"].get("numa_nodes", [])),
-                          affinity=str(data["cpus"].get("affinity", ""))),
-                environment={str(k): str(v) for k, v in data.get("environment", {}).items()},
+                cpus=_build(Cpus, data["cpus"]),
+                environment={str(k): _typed(f"environment.{k}", v, str)
+                             for k, v in _typed("environment", data.get("environment", {}), dict).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"{where}: doctor snapshot is missing or has a bad field ({exc})") from None
+            for g in snap.gpus:  # the binding reads them: a list that is not a cpulist is refused here
+                _check_cpulist(f"GpuState.local_cpus of GPU {g.index}", g.local_cpus)
+            _check_cpulist("Cpus.affinity", snap.cpus.affinity)
+            for node, cpus in snap.cpus.numa_nodes:
+                _check_cpulist(f"Cpus.numa_nodes of node {node}", cpus)
+        except KeyError as exc:
+            raise UsageError(f"{where}: doctor snapshot has no {exc} field") from None
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{where}: doctor snapshot has a bad field ({exc})") from None
+        if snap.topology is not None:  # the checks read it as a topology: refused here rather than mid-check
+            from topowise.topology.model import Topology
+
+            Topology.from_dict(snap.topology, where=f"{where}: the snapshot's topology")
+        return snap
+
+
+_NON_NEGATIVE_EXCEPT = ("temperature_c", "slowdown_temperature_c")  # a count, clock, power or index is >= 0
+
+
+def _typed(name: str, value, hint):
+    """The JSON value where it has the field's type (a list for a tuple, an int for a float; a bool is no
+    number); TypeError naming the field otherwise."""
+    if not _fits(value, hint):
+        raise TypeError(f"{name} is {type(value).__name__} {_short(value)}, not {_hint_words(hint)}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
+        raise ValueError(f"{name} is {value}, not a finite number")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 \
+            and name.rsplit(".", 1)[-1] not in _NON_NEGATIVE_EXCEPT:
+        raise ValueError(f"{name} is {value}, below 0")
+    return _tuples(value) if isinstance(value, list) and _is_tuple(hint) else value
+
+
+MAX_CPU = 65535  # above any kernel's NR_CPUS (CONFIG_NR_CPUS tops out at 8192 on x86): no cpulist names more
+
+
+def _check_cpulist(name: str, text: str | None) -> None:
+    """"0-2,5" or "" (the kernel's cpulist form); ValueError naming the field otherwise."""
+    if not text:
+        return
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isascii() or not low.isdigit() or (high and not (high.isascii() and high.isdigit())) \
+                or int(high or low) > MAX_CPU or int(high or low) < int(low):
+            raise ValueError(f"{name} {_short(text)} is not a CPU list like 0-55,112-167")
+
+
+def _is_tuple(hint) -> bool:
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return any(typing.get_origin(o) is tuple for o in options)
+
+
+def _tuples(value):
+    """JSON lists back to the tuples the record holds, nested ones too ((node, cpulist) pairs)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _fits(value, hint) -> bool:
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if option is type(None) and value is None:
+            return True
+        if origin is tuple and isinstance(value, (list, tuple)):
+            args = typing.get_args(option)
+            if len(args) == 2 and args[1] is Ellipsis:
+                if all(_fits(v, args[0]) for v in value):
+                    return True
+            elif len(args) == len(value) and all(_fits(v, a) for v, a in zip(value, args)):
+                return True
+        elif origin is bool and isinstance(value, bool):
+            return True
+        elif origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        elif origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        elif origin is list and isinstance(value, (list, tuple)):  # a tuple: from_dict of a to_dict, not via JSON
+            return True
+        elif origin in (str, dict) and isinstance(value, origin):
+            return True
+    return False
+
+
+def _hint_words(hint) -> str:
+    if isinstance(hint, type):
+        return {"dict": "an object", "list": "a list"}.get(hint.__name__, hint.__name__)
+    return str(hint).replace("typing.", "").replace("NoneType", "null").replace("tuple[", "list[")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _build(cls, data: dict):
-    """A dataclass from its dict: JSON lists back to tuples where the field is a tuple."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = set(data) - set(known)
+    """A dataclass from its dict, each field of its type (JSON lists back to tuples where the field is a tuple)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"each {cls.__name__} is a JSON object, not {type(data).__name__} {_short(data)}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = set(data) - known
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    return cls(**{k: _typed(f"{cls.__name__}.{k}", v, hints[k]) for k, v in data.items()})
 
 
 def format_cpulist(cpus) -> str:
@@ -166,9 +260,14 @@ def parse_cpulist(text: str | None) -> set[int]:
 def load(path: str | Path) -> Snapshot:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UsageError(f"--snapshot {path}: cannot read ({exc.strerror})") from None
+        raise UsageError(f"--snapshot {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--snapshot {path}: not a doctor snapshot (binary, not JSON text); write one with "
+                         "`topowise doctor --save-snapshot FILE`") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"--snapshot {path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:  # the parser recurses per level: no snapshot nests past a few levels
+        raise UsageError(f"--snapshot {path}: not a doctor snapshot (JSON nested too deeply)") from None
     return Snapshot.from_dict(data, where=str(path))

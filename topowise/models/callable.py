@@ -15,17 +15,25 @@ CallableSpec. Every failure of the user's code is one UsageError line: exit 2, n
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
+import types
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import torch.nn as nn
-
 from topowise.errors import UsageError
+
+try:
+    import torch
+    import torch.nn as nn
+except ModuleNotFoundError as _missing:  # the planning install has no torch: one line where a callable is asked for
+    if _missing.name != "torch":
+        raise
+    raise UsageError("a module:function model builds a PyTorch model, and this Python has no PyTorch: "
+                     "pip install 'topowise[bench]' (or torch); presets and config.json models need none") from None
 from topowise.models.callable_spec import CallableSpec
 
 EXAMPLE = "examples.models.llama:build"
@@ -72,7 +80,35 @@ def resolve_function(reference: str):
     if not callable(fn):
         raise UsageError(f"--model {reference}: {attr} is a {type(fn).__name__}, not a function returning "
                          "(model, example_batch)")
+    check_builder(reference, fn)
     return fn
+
+
+def check_builder(reference: str, fn) -> None:
+    """Refuse, without calling it, what cannot be a model builder: a built-in (os:system, os:fork), a function
+    of Python's own library (shutil:rmtree), or one with required arguments besides micro_batch and seq_len.
+    Anything else is called, and what it returns is checked (check_returned)."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if inspect.isbuiltin(target) or isinstance(target, _BUILTIN_TYPES):
+        raise UsageError(f"--model {reference}: a built-in function, not one returning (model, example_batch): "
+                         f"give a function of yours (e.g. {EXAMPLE})")
+    home = str(getattr(target, "__module__", None) or "").split(".")[0]
+    if home in sys.stdlib_module_names or home == "builtins":
+        raise UsageError(f"--model {reference}: a function of Python's standard library ({home}), not one returning "
+                         f"(model, example_batch): give a function of yours (e.g. {EXAMPLE})")
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    required = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in SHAPE_ARGS
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if required:
+        raise UsageError(f"--model {reference} requires {', '.join(required)}: a model function takes at most "
+                         f"{' and '.join(SHAPE_ARGS)}, both optional (e.g. {EXAMPLE})")
+
+
+_BUILTIN_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodWrapperType,
+                  types.WrapperDescriptorType, types.MethodDescriptorType)
 
 
 def accepted_args(fn) -> tuple[str, ...]:

@@ -63,20 +63,69 @@ def read_run(run_dir: str) -> dict[int, list[dict]]:
         raise UsageError(f"{run_dir}: no monitor.rank<R>.jsonl files here (StepMonitor(RUN_DIR) writes them)")
     out = {}
     for rank, path in sorted(files.items()):
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
         records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                records.append(checked_record(json.loads(line)))  # through MonitorStart/MonitorStep
+                data = json.loads(line)
             except json.JSONDecodeError:
-                if number == len(path.read_text().splitlines()):
+                if number == len(lines):
                     continue  # a last line cut short by a killed run
                 raise UsageError(f"{path}: line {number} is not JSON") from None
+            except RecursionError:  # the parser recurses per level: no monitor record nests that deep
+                raise UsageError(f"{path}: line {number} is not a monitor record (JSON nested too deeply)") from None
+            if not isinstance(data, dict):
+                raise UsageError(f"{path}: line {number} is a JSON {type(data).__name__}, not a monitor record")
+            try:
+                records.append(_checked_values(checked_record(data)))  # types through MonitorStart/MonitorStep
             except UsageError as exc:
                 raise UsageError(f"{path}: line {number}: {exc}") from None
         out[rank] = records
     return out
+
+
+# StepMonitor writes null where a time is unknown and never a negative one: a NaN, an infinity or a negative
+# time is not its record (a hand-edited or corrupted file), so it is refused rather than averaged in
+_TIMES = ("time", "step_time_s", "ready_to_end_s", "wait_s", "slow_by_s", "predicted_step_s", "step_median_s",
+          "wait_median_s")
+_PER_RANK = ("step_times_s", "waits_s", "sm_mhz", "clock_reasons")
+
+
+def _checked_values(rec: dict) -> dict:
+    """A start or step record whose numbers can be true: finite and not negative, ranks within the world,
+    one entry per rank in the per-rank lists (UsageError naming the field)."""
+    if rec.get("kind") not in ("start", "step"):
+        return rec
+    kind = rec["kind"]
+    for name in _TIMES:
+        value = rec.get(name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"a {kind!r} record's {name} is {value!r}, not a time (a finite number >= 0, "
+                             "or null where unknown)")
+    world = rec.get("world_size")
+    if world is not None and world < 1:
+        raise UsageError(f"a {kind!r} record's world_size is {world}, not a number of ranks (1 or more)")
+    for name in ("rank", "slowest_rank", "step"):
+        value = rec.get(name)
+        if value is not None and (value < 0 or (name != "step" and world is not None and value >= world)):
+            raise UsageError(f"a {kind!r} record's {name} is {value}, not "
+                             + ("a step number (0 or more)" if name == "step" else
+                                f"a rank of the {world} ranks (0 to {world - 1})" if world else "a rank (0 or more)"))
+    for name in _PER_RANK:
+        values = rec.get(name)
+        if values is None:
+            continue
+        if world is not None and len(values) != world:
+            raise UsageError(f"a {kind!r} record's {name} has {len(values)} entries for {world} ranks")
+        bad = next((v for v in values if v is not None and not (math.isfinite(v) and v >= 0)), None)
+        if bad is not None:
+            raise UsageError(f"a {kind!r} record's {name} holds {bad!r}, not a finite number >= 0 (or null)")
+    return rec
 
 
 def _num(value) -> float:
@@ -203,6 +252,7 @@ def verdict(summary: Summary) -> list[str]:
 
 def plot(summary: Summary, path: str) -> str:
     """Step time and wait of every rank over the steps, spikes marked, the prediction as a line."""
+    check_plot_path(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,6 +276,24 @@ def plot(summary: Summary, path: str) -> str:
     top.set_title(f"{summary.run_dir}: {summary.world_size} ranks")
     top.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
     return path
+
+
+def check_plot_path(path: str) -> None:
+    """--plot names a PNG file in a folder that exists: a folder or a missing folder is refused, not
+    written beside (matplotlib adds ".png" to a name without one: --plot runs/ would become runs.png)."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--plot {path} is a folder: give the PNG's file name, e.g. {target / 'monitor.png'}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise UsageError(f"--plot {path}: no folder {folder} (create it first, or give a PNG in a folder that "
+                         "exists)")
+    if target.suffix.lower() != ".png":
+        raise UsageError(f"--plot {path}: give a .png file name (the plot is a PNG)")
