@@ -69,6 +69,9 @@ def test_study_unknown_questions_model_is_refused_with_the_questions_off(tmp_pat
     (["plan", "--model", "tiny", "--topology", CLUSTER, "--network", "ib-ndr", "--top", "3"], "--top", "--network"),
     (["plan", "--model", "tiny", "--topology", "two-region-h100", "--network", "ib-ndr", "--wan-share", "0.2"],
      "--wan-share", "--network"),
+    ([*PLAN, "--force-profile"], "--force-profile", "--profile"),
+    (["launch", "--model", "tiny", "--topology", "hgx-h100-8", "--force-profile", "--dry-run", "--", "train.py"],
+     "--force-profile", "--profile"),
     # the prices price the network comparison only
     ([*PLAN, "--gpu-hour-usd", "2"], "--gpu-hour-usd", "--network"),
     ([*PLAN, "--network-node-hour-usd", "1"], "--network-node-hour-usd", "--network"),
@@ -82,6 +85,7 @@ def test_study_unknown_questions_model_is_refused_with_the_questions_off(tmp_pat
     (["nccl-tests", "--topology", "hgx-h100-8", "--compare", MEASURED,
       "--ops", "all_gather"], "--ops", "--compare"),
     (["nccl-tests", "--topology", "hgx-h100-8", "--op", "all_reduce", "--ops", "all_gather"], "--ops", "--op"),
+    (["nccl-tests", "--topology", "hgx-h100-8", "--algo", "tree"], "--algo", "across nodes"),
     # study: the measured run's flags need --measure; the questions' flags need the questions
     (["study", "--measure-model", "tiny"], "--measure-model", "--measure"),
     (["study", "--measure-steps", "3"], "--measure-steps", "--measure"),

@@ -72,6 +72,14 @@ def table_ops(text: str | None, op: str | None) -> list[str]:
     return ops
 
 
+def refuse_algo_in_one_node(algo: str, nodes: int) -> None:
+    """--algo forces NCCL_ALGO across nodes (nccltests prices it there); inside one node the ring is priced."""
+    if algo != "auto" and nodes < 2:
+        raise UsageError(f"--algo {algo} applies across nodes, and these ranks run on one node (where the "
+                         "expectation is NCCL's ring, or NVLS where the board has it): drop --algo, or give a "
+                         "cluster (e.g. --topology '2x hgx-h100-8+ib-ndr')")
+
+
 def refuse_table_flags(args: argparse.Namespace) -> None:
     """With --compare the output sets the collective and the sizes: the expected table's flags would do nothing."""
     for flag, value in (("--ops", args.ops), ("--min-bytes", args.min_bytes), ("--max-bytes", args.max_bytes),
@@ -108,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         text, where = _read(args.compare)
         measured = nccltests.parse_output(text, where, op)
         result = nccltests.compare(measured, topo, args.num_gpus, profile, args.algo)
+        refuse_algo_in_one_node(args.algo, result["nodes"])
         if args.json:
             data = dict(result, rows=[r.to_dict() for r in result["rows"]], measured=measured.to_dict(), source=where)
             print(json.dumps(data, indent=2))
@@ -120,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
                          zip((args.min_bytes, args.max_bytes, args.step_factor), DEFAULT_SIZES))
     sizes = nccltests.sweep_sizes(parse_size(low, "--min-bytes"), parse_size(high, "--max-bytes"), factor)
     table = nccltests.expected_table(topo, table_ops(args.ops, op), sizes, args.num_gpus, profile, args.algo)
+    refuse_algo_in_one_node(args.algo, table["nodes"])
     if args.json:
         data = dict(table, tables={op: [r.to_dict() for r in rows] for op, rows in table["tables"].items()})
         print(json.dumps(data, indent=2))

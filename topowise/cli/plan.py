@@ -94,6 +94,9 @@ def plan_inputs(args: argparse.Namespace):
     gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
     from topowise.costmodel.profile_store import resolve_profile
 
+    if getattr(args, "force_profile", False) and not args.profile:  # it forces a --profile FILE onto other GPUs
+        raise UsageError("--force-profile applies to a --profile FILE calibrated on another GPU: add --profile, "
+                         "or drop --force-profile")
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
     kwargs = {}
     if getattr(args, "wan_share", None) is not None:
