@@ -13,6 +13,8 @@ from topowise.cli.flags import add_wide_argument
 from topowise.errors import UsageError
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE | re.ASCII)
+DEFAULT_OPS = "all_reduce,all_gather,reduce_scatter,broadcast"
+DEFAULT_SIZES = ("8", "8G", 2)  # the expected table: 8 B to 8 GiB, doubling (nccl-tests -b 8 -e 8G -f 2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,15 +22,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a preset, a cluster such as '2x hgx-h100-8+ib-ndr', or a topology file")
     parser.add_argument("--num-gpus", "-g", type=int, metavar="K",
                         help="ranks in the test (default: every GPU; with --compare: the output's rank count)")
-    parser.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast", metavar="LIST",
-                        help="collectives to tabulate (all_reduce,all_gather,reduce_scatter,broadcast)")
-    parser.add_argument("--min-bytes", "-b", default="8", metavar="SIZE", help="smallest size, e.g. 8, 1M (8)")
-    parser.add_argument("--max-bytes", "-e", default="8G", metavar="SIZE", help="largest size, e.g. 8G (8G)")
-    parser.add_argument("--step-factor", "-f", type=int, default=2, metavar="F", help="size multiplier (2)")
+    parser.add_argument("--ops", metavar="LIST",
+                        help=f"collectives to tabulate ({DEFAULT_OPS})")
+    parser.add_argument("--min-bytes", "-b", metavar="SIZE", help=f"smallest size, e.g. 8, 1M ({DEFAULT_SIZES[0]})")
+    parser.add_argument("--max-bytes", "-e", metavar="SIZE", help=f"largest size, e.g. 8G ({DEFAULT_SIZES[1]})")
+    parser.add_argument("--step-factor", "-f", type=int, metavar="F", help=f"size multiplier ({DEFAULT_SIZES[2]})")
     parser.add_argument("--compare", metavar="FILE",
                         help="nccl-tests output to set beside the expectation (`-` reads stdin)")
     parser.add_argument("--op", metavar="OP",
-                        help="with --compare: the collective the output measured, when its text does not say")
+                        help="with --compare: the collective the output measured, when its text does not say; "
+                             "without it: tabulate this one collective (as --ops OP)")
     parser.add_argument("--algo", choices=("auto", "ring", "tree"), default="auto",
                         help="across nodes, the algorithm NCCL_ALGO forced in the run (auto: NCCL's tuner picks)")
     parser.add_argument("--fabric", choices=("nvlink", "pcie"), default="nvlink",
@@ -51,14 +54,39 @@ def parse_size(text: str, flag: str) -> int:
     return int(m.group(1)) * 1024 ** "_KMGT".index(m.group(2).upper() or "_")
 
 
-def _ops(text: str) -> list[str]:
+def table_ops(text: str | None, op: str | None) -> list[str]:
+    """The collectives of the expected table: --ops, or --op's one (not both), else the four modelled."""
     from topowise.costmodel.profile import OPS
 
+    if op is not None:
+        if text is not None:
+            raise UsageError("--op and --ops both name the collectives to tabulate: give one of them")
+        if op not in OPS:
+            raise UsageError(f"--op {op}: no expectation is modelled for it; give one of {', '.join(OPS)}")
+        return [op]
+    text = DEFAULT_OPS if text is None else text
     ops = [o.strip().replace("-", "_") for o in text.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
         raise UsageError(f"--ops {text!r}: give some of {', '.join(OPS)}")
     return ops
+
+
+def refuse_algo_in_one_node(algo: str, nodes: int) -> None:
+    """--algo forces NCCL_ALGO across nodes (nccltests prices it there); inside one node the ring is priced."""
+    if algo != "auto" and nodes < 2:
+        raise UsageError(f"--algo {algo} applies across nodes, and these ranks run on one node (where the "
+                         "expectation is NCCL's ring, or NVLS where the board has it): drop --algo, or give a "
+                         "cluster (e.g. --topology '2x hgx-h100-8+ib-ndr')")
+
+
+def refuse_table_flags(args: argparse.Namespace) -> None:
+    """With --compare the output sets the collective and the sizes: the expected table's flags would do nothing."""
+    for flag, value in (("--ops", args.ops), ("--min-bytes", args.min_bytes), ("--max-bytes", args.max_bytes),
+                        ("--step-factor", args.step_factor)):
+        if value is not None:
+            raise UsageError(f"{flag} shapes the expected table; with --compare the output's own collective and "
+                             f"sizes are compared: drop {flag} (--op names the output's collective)")
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -79,14 +107,16 @@ def run(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology, args.gpu_name)
     profile = resolve_profile(args.profile, [topo.gpus[0].name])
     topo, profile = nccltests.with_settings(topo, profile or default_profile(), args.fabric, args.nvls)
+    op = args.op.replace("-", "_") if args.op else None
+    if op is not None and op not in nccltests.NCCL_TESTS_OPS:
+        raise UsageError(f"--op {args.op!r}: give the collective of an nccl-tests binary "
+                         f"({', '.join(nccltests.NCCL_TESTS_OPS)})")
     if args.compare:
+        refuse_table_flags(args)
         text, where = _read(args.compare)
-        op = args.op.replace("-", "_") if args.op else None
-        if op is not None and op not in nccltests.NCCL_TESTS_OPS:
-            raise UsageError(f"--op {args.op!r}: give the collective of an nccl-tests binary "
-                             f"({', '.join(nccltests.NCCL_TESTS_OPS)})")
         measured = nccltests.parse_output(text, where, op)
         result = nccltests.compare(measured, topo, args.num_gpus, profile, args.algo)
+        refuse_algo_in_one_node(args.algo, result["nodes"])
         if args.json:
             data = dict(result, rows=[r.to_dict() for r in result["rows"]], measured=measured.to_dict(), source=where)
             print(json.dumps(data, indent=2))
@@ -95,14 +125,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             show_comparison(result, measured, where)
         return 0
-    sizes = nccltests.sweep_sizes(parse_size(args.min_bytes, "--min-bytes"), parse_size(args.max_bytes, "--max-bytes"),
-                                  args.step_factor)
-    table = nccltests.expected_table(topo, _ops(args.ops), sizes, args.num_gpus, profile, args.algo)
+    low, high, factor = (default if given is None else given for given, default in
+                         zip((args.min_bytes, args.max_bytes, args.step_factor), DEFAULT_SIZES))
+    sizes = nccltests.sweep_sizes(parse_size(low, "--min-bytes"), parse_size(high, "--max-bytes"), factor)
+    table = nccltests.expected_table(topo, table_ops(args.ops, op), sizes, args.num_gpus, profile, args.algo)
+    refuse_algo_in_one_node(args.algo, table["nodes"])
     if args.json:
         data = dict(table, tables={op: [r.to_dict() for r in rows] for op, rows in table["tables"].items()})
         print(json.dumps(data, indent=2))
     else:
-        print(nccltests.render_expected(table, sizes, args.step_factor), end="")
+        print(nccltests.render_expected(table, sizes, factor), end="")
     return 0
 
 

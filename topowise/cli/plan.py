@@ -35,7 +35,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser, required: bool = True) -
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
-    parser.add_argument("--top", metavar="N", default="5", help="show the N best plans (default 5)")
+    parser.add_argument("--top", metavar="N", help="show the N best plans (default 5)")
     parser.add_argument("--export", choices=EXPORTS, help="render the best plan for this launcher")
     parser.add_argument("--out", metavar="FILE", help="write the export here instead of printing it")
     parser.add_argument("--save-plan", metavar="FILE", help="write the best plan as JSON for `topowise launch --plan`")
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search tensor, pipeline and context parallelism too (tp x pp x cp x data-parallel)")
     parser.add_argument("--global-batch", metavar="N",
                         help="with --mesh: sequences per optimizer step (default 2 a GPU)")
-    parser.add_argument("--wan-share", metavar="F", default="0.1",
+    parser.add_argument("--wan-share", metavar="F",
                         help="a cluster across regions: the WAN's share of a step that the reasons size gradient "
                              "accumulation for (default 0.1)")
 
@@ -79,6 +79,7 @@ def plan_from_args(args: argparse.Namespace, top: int = 5):
 def plan_inputs(args: argparse.Namespace):
     """(model, topology, the planner's keyword arguments but `top`) from the plan flags, checked."""
     from topowise.cli.flags import model_from_args, power_limited
+    from topowise.planner.regions import region_groups
     from topowise.topology import load_topology
     from topowise.topology.model import parse_gpu_list
 
@@ -94,8 +95,16 @@ def plan_inputs(args: argparse.Namespace):
     gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
     from topowise.costmodel.profile_store import resolve_profile
 
+    if getattr(args, "force_profile", False) and not args.profile:  # it forces a --profile FILE onto other GPUs
+        raise UsageError("--force-profile applies to a --profile FILE calibrated on another GPU: add --profile, "
+                         "or drop --force-profile")
     profile = resolve_profile(args.profile, [topo.gpus[0].name], getattr(args, "force_profile", False))
-    kwargs = {"wan_share": _fraction(args.wan_share, "--wan-share")} if getattr(args, "wan_share", None) else {}
+    kwargs = {}
+    if getattr(args, "wan_share", None) is not None:
+        kwargs["wan_share"] = _fraction(args.wan_share, "--wan-share")
+        if not region_groups(topo):  # the WAN's share sizes accumulation across regions; none to size here
+            raise UsageError(f"--wan-share applies to a cluster across regions (the WAN's share of a step); "
+                             f"{topo.name!r} has one region: drop --wan-share")
     kwargs["compile_choices"] = compile_choices(model, bool(getattr(args, "compile", False)))
     kwargs.update(planned_kernels(args))
     return model, topo, {**kwargs, "num_gpus": num_gpus, "gpus": gpus,
@@ -139,10 +148,44 @@ def _fraction(text: str, flag: str) -> float:
     return value
 
 
+def refuse_idle_flags(args: argparse.Namespace) -> None:
+    """A flag that would do nothing beside the others is refused, naming what it needs: --network compares
+    the best data-parallel plan on each network, --mesh searches meshes for one global batch."""
+    if args.network is not None:
+        network_idle = {"--mesh": args.mesh, "--global-batch": args.global_batch is not None,
+                        "--top": args.top is not None, "--wan-share": args.wan_share is not None}
+        for flag in (f for f, idle in network_idle.items() if idle):
+            raise UsageError(f"{flag} does nothing with --network, which compares the best data-parallel plan on "
+                             f"each network: drop {flag}, or drop --network to plan on one network")
+    elif args.mesh:
+        mesh_idle = {"--micro-batch": "the mesh search tries micro-batches itself",
+                     "--compile": "the mesh search plans eager runs", "--engine": "the mesh search plans PyTorch",
+                     "--fabric": "the mesh search prices the topology's own links",
+                     "--wan-share": "the mesh search does not size accumulation for a WAN",
+                     "--save-plan": "a mesh is not saved as a plan yet", "--out": "a mesh's export prints on stdout"}
+        given = {"--micro-batch": args.micro_batch is not None, "--compile": args.compile,
+                 "--engine": args.engine != "pytorch", "--fabric": args.fabric != "nvlink",
+                 "--wan-share": args.wan_share is not None, "--save-plan": args.save_plan is not None,
+                 "--out": args.out is not None}
+        for flag in (f for f, on in given.items() if on):
+            raise UsageError(f"{flag} is not planned with --mesh ({mesh_idle[flag]}): drop {flag}, or drop --mesh "
+                             "to plan data parallelism")
+    elif args.global_batch is not None:
+        raise UsageError("--global-batch sets the sequences per optimizer step of the mesh search: add --mesh "
+                         "(without it, plan ranks data-parallel runs of one micro-batch per GPU per step)")
+    prices = [f for f, v in (("--gpu-hour-usd", args.gpu_hour_usd), ("--network-node-hour-usd",
+                                                                       args.network_node_hour_usd)) if v is not None]
+    if prices and args.network is None:
+        raise UsageError(f"{prices[0]} prices the --network comparison: add --network (e.g. --network "
+                         f"ib-ndr,eth-100 on a cluster), or drop {prices[0]}")
+
+
 def run(args: argparse.Namespace) -> int:
     from topowise.export import LaunchPlan, export_notes, render
 
-    top = positive_int(args.top, "--top")
+    prices_from_args(args)  # a wrong price says so first, then a right one is refused without --network
+    refuse_idle_flags(args)
+    top = 5 if args.top is None else positive_int(args.top, "--top")
     if getattr(args, "network", None) is not None:
         return run_networks(args)
     if getattr(args, "mesh", False):

@@ -10,6 +10,7 @@ from topowise.cli.flags import (
     add_kernel_arguments,
     add_mesh_arguments,
     add_model_arguments,
+    add_wide_argument,
 )
 from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.planner.explain import misaligned_vocab_note
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_kernel_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_whatif_arguments(parser)
+    add_wide_argument(parser)
 
 
 def prediction_from_args(args: argparse.Namespace):
@@ -89,7 +91,8 @@ def run_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "network", None) is not None:
         return run_networks(args)
-    prices_from_args(args)  # checked even where only --network reads the prices: a wrong one is never ignored
+    prices_from_args(args)  # a wrong price says so first, then a right one is refused without --network
+    refuse_network_flags(args)
     from topowise.api import predict as predict_run
     from topowise.costmodel.profiled import profiled_summary
 
@@ -109,6 +112,20 @@ def run(args: argparse.Namespace) -> int:
         if measured:
             print(f"from model profile {measured['file']}: {measured['note']}")
     return 0
+
+
+def refuse_network_flags(args: argparse.Namespace) -> None:
+    """Without --network the prices and --wide would do nothing: they price and fit its comparison table
+    (predict's own tables are printed whole)."""
+    from topowise.errors import UsageError
+
+    for flag, given in (("--gpu-hour-usd", args.gpu_hour_usd is not None),
+                        ("--network-node-hour-usd", args.network_node_hour_usd is not None),
+                        ("--wide", getattr(args, "wide", False))):
+        if given:
+            what = "fits" if flag == "--wide" else "prices"
+            raise UsageError(f"{flag} {what} --network's comparison table (e.g. --network ib-ndr,eth-100 on a "
+                             f"cluster): add --network, or drop {flag}")
 
 
 def run_networks(args: argparse.Namespace) -> int:
@@ -132,7 +149,7 @@ def run_networks(args: argparse.Namespace) -> int:
                           "notes": notes}, indent=2))
         return 0
     show_networks(f"{run_.model.name}: {run_.strategy} on {len(run_.gpus)} GPUs of {topo.name}, micro-batch "
-                  f"{run_.micro_batch}, with each network between the nodes", outcomes, notes)
+                  f"{run_.micro_batch}, with each network between the nodes", outcomes, notes, wide=args.wide)
     return 0
 
 

@@ -16,6 +16,8 @@ from topowise.cli.whatif_flags import add_whatif_arguments, prices_from_args
 from topowise.errors import UsageError
 from topowise.report.study import DEFAULT_MODEL, DEFAULT_TOPOLOGIES, MEASURE_MODEL
 
+MEASURE_STEPS = 10  # bench train steps per strategy under --measure
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL,
@@ -34,9 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default=None, help="cost-model profile from `topowise calibrate`")
     parser.add_argument("--measure", action="store_true",
                         help="also run `bench train` on this machine's GPUs and add measured columns (needs GPUs)")
-    parser.add_argument("--measure-model", default=MEASURE_MODEL,
+    parser.add_argument("--measure-model", metavar="M",
                         help=f"model for --measure (default {MEASURE_MODEL}: every strategy fits)")
-    parser.add_argument("--measure-steps", type=int, default=10, help="training steps per strategy for --measure")
+    parser.add_argument("--measure-steps", type=int, metavar="N",
+                        help=f"training steps per strategy for --measure (default {MEASURE_STEPS})")
     parser.add_argument("--trace", action="store_true",
                         help="with --measure: run the steps under the profiler and show where each measured step "
                              "goes beside the prediction (the profiler slows the steps)")
@@ -61,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from topowise.report.render import print_summary, write_report
 
     model = load_model(args.model)
+    asked_questions_model = load_model(args.questions_model) if args.questions_model else None  # a bad name, always
+    prices = prices_from_args(args)  # a wrong price says so first, then a right one is refused where nothing reads it
+    refuse_idle_flags(args)
     names = None if args.topologies is None else [n.strip() for n in args.topologies.split(",") if n.strip()]
     topologies = st.resolve_topologies(names, args.gpu_name)
     profile = _load_profile(args.profile, topologies)
@@ -74,16 +80,15 @@ def run(args: argparse.Namespace) -> int:
         if not any(getattr(t, "num_nodes", 1) > 1 for _label, t in topologies):
             raise UsageError("--network compares networks between nodes: name a cluster among --topologies, "
                              "e.g. --topologies '4x hgx-h100-8+ib-ndr'")
-    prices = prices_from_args(args)
     question_models = () if args.no_network_questions else (
-        model, load_model(args.questions_model or second_model(model)))
+        model, asked_questions_model or load_model(second_model(model)))
     live = next((t for label, t in topologies if label == "live"), None)
     if args.measure:
         live = live or st.discover_live()
         if live is None:
             raise UsageError("--measure needs NVIDIA GPUs on this machine (none found through NVML); "
                              "run it on a GPU machine, or drop --measure for predictions only")
-        measure_model = load_model(args.measure_model)
+        measure_model = load_model(args.measure_model or MEASURE_MODEL)
 
     out_dir = make_out_dir(args.out)  # before the predictions: a bad --out fails in a second, not after them
     err = Console(stderr=True)
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         gpus = live.best_subset(args.num_gpus) if args.num_gpus else live.indices
         err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
         measured = st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
-                                   micro_batch=args.micro_batch, steps=args.measure_steps,
+                                   micro_batch=args.micro_batch, steps=measure_steps(args),
                                    out_jsonl=str(out_dir / "measured.jsonl"), profile=profile,
                                    trace_dir=str(out_dir / "trace") if args.trace else None, compile=args.compile)
         study = study.with_measured(measured)
@@ -107,6 +112,29 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_summary(study, paths, wide=args.wide)
     return 0
+
+
+def refuse_idle_flags(args: argparse.Namespace) -> None:
+    """A flag read only beside another (--measure, the network questions or --network) is refused without it."""
+    if not args.measure:
+        for flag, given in (("--trace", args.trace), ("--measure-model", args.measure_model is not None),
+                            ("--measure-steps", args.measure_steps is not None)):
+            if given:
+                what = "a trace needs a measured run" if flag == "--trace" else "it sets the measured run"
+                raise UsageError(f"{flag} applies to --measure ({what}): add --measure on a GPU machine, "
+                                 f"or drop {flag}")
+    if args.no_network_questions and args.questions_model is not None:
+        raise UsageError("--questions-model sets the network questions' second model, and --no-network-questions "
+                         "leaves them out: give one of them")
+    prices = [f for f, v in (("--gpu-hour-usd", args.gpu_hour_usd), ("--network-node-hour-usd",
+                                                                       args.network_node_hour_usd)) if v is not None]
+    if prices and args.no_network_questions and args.network is None:
+        raise UsageError(f"{prices[0]} prices the network questions and --network, and neither is asked: drop "
+                         f"{prices[0]}, or --no-network-questions")
+
+
+def measure_steps(args: argparse.Namespace) -> int:
+    return MEASURE_STEPS if args.measure_steps is None else args.measure_steps
 
 
 def make_out_dir(path: str) -> Path:
@@ -167,7 +195,8 @@ def _command_line(args: argparse.Namespace) -> str:
     if args.profile:
         words += ["--profile", args.profile]
     if args.measure:
-        words += ["--measure", "--measure-model", args.measure_model] + (["--trace"] if args.trace else [])
+        words += ["--measure", "--measure-model", args.measure_model or MEASURE_MODEL, "--measure-steps",
+                  str(measure_steps(args))] + (["--trace"] if args.trace else [])
     for flag in ("network", "gpu_hour_usd", "network_node_hour_usd", "questions_model"):
         if getattr(args, flag, None) is not None:
             words += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
