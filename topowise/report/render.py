@@ -125,8 +125,8 @@ def placement_table(study: Study, t) -> tuple:
 def _case_row(c: Case) -> list[str]:
     if not c.ok:
         return [c.placement, c.strategy, "-", "-", "-", "-", c.error]
-    return [c.placement, c.strategy, f"{c.step_time_s * 1000:,.0f}", f"{c.tokens_per_s:,.0f}",
-            f"{c.peak_bytes / GIB:.1f}", _yes_no(c.fits), ""]
+    return [c.placement, c.strategy, _ms0(c.step_time_s), f"{c.tokens_per_s:,.0f}", _gib(c.peak_bytes),
+            _yes_no(c.fits), ""]
 
 
 def question_blocks(study: Study) -> list[tuple]:
@@ -307,6 +307,10 @@ def fsdp_beside_block(study: Study) -> tuple:
     if not ddp_fits_somewhere(study):
         return ("p", "DDP fits on none of these topologies (above), so there is no DDP to come near.")
     return ("p", "Where DDP fits, zero2 and zero3 stay below 90% of its tokens/s.")
+
+
+def _ms0(v):
+    return "-" if v is None else f"{v * 1000:,.0f}"
 
 
 def _ms(v):
@@ -562,7 +566,7 @@ def _print_topology(console, study: Study, t, wide: bool) -> None:
 def _summary_case_row(c: Case) -> list[str]:
     if not c.ok:
         return [c.strategy, gpu_list(c.gpus), "-", "-", "[yellow]see below[/yellow]"]
-    return [c.strategy, gpu_list(c.gpus), f"{c.tokens_per_s:,.0f}", f"{c.peak_bytes / GIB:.1f}",
+    return [c.strategy, gpu_list(c.gpus), f"{c.tokens_per_s:,.0f}", _gib(c.peak_bytes),
             "[green]yes[/green]" if c.fits else "[red]no[/red]"]
 
 
