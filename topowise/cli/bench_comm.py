@@ -94,39 +94,59 @@ def comm_request(args: argparse.Namespace) -> CommRequest:
     ops, dtype, matrix_bytes = _checked_flags(args)
     topology, profile = _expectation_sources(args)
     backend, ngpu = _backend(args)
-    min_bytes = comm.parse_size(args.min_bytes, "--min-bytes")
-    max_bytes = comm.parse_size(args.max_bytes or ("1G" if backend == "nccl" else "16M"), "--max-bytes")
-    sizes = comm.size_sweep(min_bytes, max_bytes, args.factor)
+    sizes = _sizes(args, backend)
     joined = in_job()
     nproc = _nproc(args, backend, ngpu, joined)
     if not joined and backend == "nccl" and nproc == 1:
         return CommRequest(config=None, nproc=1, algos=(), plot="", matrix_bytes=matrix_bytes)
     if not joined and nproc < 2:
         raise UsageError("collectives need two or more processes: use --nproc 2 or more")
-
-    algos = parse_algos(args.algo)
-    if joined and len(algos) > 1:
-        raise UsageError(f"--algo {args.algo}: NCCL reads NCCL_ALGO once, when the job's communicator starts; "
-                         "inside a torchrun/srun job measure one per job (NCCL_ALGO=Tree srun ...) or give one value")
-    if backend == "nccl" and topology is None:
-        from topowise.measure.machine import live_topology
-
-        topology = live_topology()
+    algos = _algos(args, joined)
     from topowise.measure.machine import visible_gpus
 
     base = comm.CommConfig(
         ops=ops, sizes=sizes, dtype=dtype, warmup=args.warmup, iters=args.iters, backend=backend,
         fabric=args.fabric, seed=args.seed, graph=args.graph, timeout_s=args.timeout,
         out=os.path.abspath(args.out) if args.out else "", resume=args.resume,
-        topology=topology.to_dict() if topology is not None else None,
+        topology=_expected_on(topology, backend),
         gpus=visible_gpus(ngpu) if backend == "nccl" else (), matrix=args.matrix, matrix_bytes=matrix_bytes)
-    job = job_size()
-    world, multi_node = (job[0], job[1] < job[0]) if job else (nproc, False)
+    return CommRequest(config=_with_expectations(base, nproc, profile), nproc=nproc, algos=algos,
+                       plot=os.path.abspath(_plot_path(args)) if args.matrix else "", matrix_bytes=matrix_bytes)
+
+
+def _sizes(args: argparse.Namespace, backend: str) -> tuple[int, ...]:
+    """The message sizes of the sweep; the largest by default 1G on nccl, 16M on gloo (CPU memory and time)."""
+    min_bytes = comm.parse_size(args.min_bytes, "--min-bytes")
+    max_bytes = comm.parse_size(args.max_bytes or ("1G" if backend == "nccl" else "16M"), "--max-bytes")
+    return comm.size_sweep(min_bytes, max_bytes, args.factor)
+
+
+def _algos(args: argparse.Namespace, joined: bool) -> tuple[str, ...]:
+    """--algo; more than one only outside a job, where each gets ranks of its own."""
+    algos = parse_algos(args.algo)
+    if joined and len(algos) > 1:
+        raise UsageError(f"--algo {args.algo}: NCCL reads NCCL_ALGO once, when the job's communicator starts; "
+                         "inside a torchrun/srun job measure one per job (NCCL_ALGO=Tree srun ...) or give one value")
+    return tuple(algos)
+
+
+def _expected_on(topology, backend: str) -> dict | None:
+    """The topology the expected busbw is computed on, as a dict: --topology, else on nccl this machine's."""
+    if backend == "nccl" and topology is None:
+        from topowise.measure.machine import live_topology
+
+        topology = live_topology()
+    return topology.to_dict() if topology is not None else None
+
+
+def _with_expectations(base: comm.CommConfig, nproc: int, profile) -> comm.CommConfig:
+    """base with the expected busbw of every case, for the job's world (inside a job) or nproc processes on
+    this node."""
     from topowise.expectations import with_expected_busbw
 
-    return CommRequest(config=with_expected_busbw(base, world, multi_node=multi_node, profile=profile), nproc=nproc,
-                       algos=tuple(algos), plot=os.path.abspath(_plot_path(args)) if args.matrix else "",
-                       matrix_bytes=matrix_bytes)
+    job = job_size()
+    world, multi_node = (job[0], job[1] < job[0]) if job else (nproc, False)
+    return with_expected_busbw(base, world, multi_node=multi_node, profile=profile)
 
 
 def _expectation_sources(args: argparse.Namespace):
@@ -342,6 +362,55 @@ def natural_width(console, table) -> int:
     return console.measure(table, options=console.options.update_width(PIPED_WIDTH)).maximum
 
 
+def forced_algo(records: list[dict]) -> str | None:
+    """The NCCL_ALGO the run was held to (--algo or the job's NCCL_ALGO); None: NCCL's own choice."""
+    algo = records[0].get("algo", "auto") if records else "auto"
+    return None if algo == "auto" else algo
+
+
+def wrong_values(records: list[dict]) -> int:
+    """The out-of-bounds values over all cases (nccl-tests' #wrong, summed)."""
+    return sum(r["wrong"] for r in records)
+
+
+def mean_busbw(records: list[dict]) -> float:
+    """nccl-tests' "Avg bus bandwidth": the mean busbw over the cases, whatever their size."""
+    return sum(r["busbw_gbps"] for r in records) / len(records)
+
+
+def row_state(r: dict) -> str | None:
+    """A case's state for its row's colour: "wrong" values, "flagged" (under the expected busbw) or None."""
+    if r["wrong"]:
+        return "wrong"
+    return "flagged" if r["flagged"] else None
+
+
+ROW_STYLES = {"wrong": "red", "flagged": "yellow"}
+
+
+def expected_cell(r: dict) -> str:
+    """The share of the expected busbw reached, the expected busbw, and ! where the row is flagged."""
+    pct = r.get("expected_pct")
+    if pct is None:
+        return "-"
+    return f"{pct:.0f}% of {r['expected_busbw_gbps']:.3g}" + (" !" if r["flagged"] else "")
+
+
+# nccl-tests' columns: (name, unit under it, justify, the cell of a record)
+COLLECTIVE_COLUMNS = (
+    ("size", "(B)", "right", lambda r: str(r["bytes"])),
+    ("count", "(elements)", "right", lambda r: str(r["count"])),
+    ("type", "", "left", lambda r: r["dtype"]),
+    ("op", "", "left", lambda r: r["op"]),
+    ("time", "(us)", "right", lambda r: f"{r['time_s'] * 1e6:.1f}"),
+    ("algbw", "(GB/s)", "right", lambda r: f"{r['algbw_gbps']:.2f}"),
+    ("busbw", "(GB/s)", "right", lambda r: f"{r['busbw_gbps']:.2f}"),
+    ("#wrong", "", "right", lambda r: str(r["wrong"])),
+    ("expected", "(%)", "right", expected_cell),
+)
+COMPACT_LEAVES_OUT = ("count", "type")  # one dtype per run, said above the table
+
+
 def collectives_table(records: list[dict], compact: bool = False):
     """nccl-tests' columns, each unit under its name; `compact` leaves out the element count and
     the dtype (one per run, said above the table), so that the table fits 80 columns."""
@@ -350,20 +419,11 @@ def collectives_table(records: list[dict], compact: bool = False):
     from topowise.cli.console import column
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    cols = [("size", "(B)"), ("count", "(elements)"), ("type", ""), ("op", ""), ("time", "(us)"),
-            ("algbw", "(GB/s)"), ("busbw", "(GB/s)"), ("#wrong", ""), ("expected", "(%)")]
-    if compact:
-        cols = [c for c in cols if c[0] not in ("count", "type")]
-    for name, unit in cols:
-        column(table, f"{name}\n{unit}", justify="left" if name in ("type", "op") else "right")
+    cols = [c for c in COLLECTIVE_COLUMNS if not (compact and c[0] in COMPACT_LEAVES_OUT)]
+    for name, unit, justify, _ in cols:
+        column(table, f"{name}\n{unit}", justify=justify)
     for r in records:
-        pct = r.get("expected_pct")
-        exp = "-" if pct is None else f"{pct:.0f}% of {r['expected_busbw_gbps']:.3g}" + (" !" if r["flagged"] else "")
-        style = "red" if r["wrong"] else ("yellow" if r["flagged"] else None)
-        cells = {"size": str(r["bytes"]), "count": str(r["count"]), "type": r["dtype"], "op": r["op"],
-                 "time": f"{r['time_s'] * 1e6:.1f}", "algbw": f"{r['algbw_gbps']:.2f}",
-                 "busbw": f"{r['busbw_gbps']:.2f}", "#wrong": str(r["wrong"]), "expected": exp}
-        table.add_row(*[cells[name] for name, _ in cols], style=style)
+        table.add_row(*[cell(r) for *_, cell in cols], style=ROW_STYLES.get(row_state(r) or ""))
     return table
 
 
@@ -376,48 +436,52 @@ def render_collectives(console, records: list[dict], cfg: comm.CommConfig, meta:
     if natural_width(console, table) > console.width:  # a narrow terminal: the dtype is in the line above
         table = collectives_table(records, compact=True)
     console.print(table)
-    _render_footer(console, records, cfg, ctx)
+    for text, style in footer_lines(records, cfg, ctx):
+        console.print(Text(text, style=style))
 
 
 def header_lines(records: list[dict], cfg: comm.CommConfig, meta: dict, ctx: dict | None) -> list[str]:
     """The `#` lines above the table, nccl-tests style: the run, NCCL and what busbw is expected, the nodes,
     the algorithm, the notes."""
     fabric = "" if cfg.backend == "gloo" else f", fabric {meta['fabric']}"  # gloo runs on no fabric of NCCL's
-    lines = [
-        f"# topowise bench comm: world size {meta['world_size']}, backend {meta['backend']}{fabric}, "
-        f"dtype {meta['dtype']}, {meta['warmup']} warmup + {meta['iters']} timed calls per case",
-    ]
-    if cfg.backend == "nccl":
-        lines.append(f"# NCCL {meta['nccl_version'] or 'version unknown'}, transport {meta['transport']}")
-        lines.append(f"# expected busbw: {meta['expected'] or 'no topology for this group (give --topology)'}")
-    nodes = (ctx or {}).get("nodes") or {}
-    if len(nodes) > 1:
-        lines.append(f"# {len(nodes)} nodes: " + "; ".join(f"{h}: ranks {','.join(map(str, r))}"
-                                                      for h, r in nodes.items())
-                     + " -- every row below is inter-node")
-    if records and records[0].get("algo", "auto") != "auto":
-        lines.append(f"# NCCL_ALGO={records[0]['algo']}")
-    return lines + [f"# {n}" for n in meta["notes"]]
+    algo = forced_algo(records)
+    return [f"# topowise bench comm: world size {meta['world_size']}, backend {meta['backend']}{fabric}, "
+            f"dtype {meta['dtype']}, {meta['warmup']} warmup + {meta['iters']} timed calls per case",
+            *(_nccl_lines(meta) if cfg.backend == "nccl" else []), *_nodes_lines((ctx or {}).get("nodes") or {}),
+            *([f"# NCCL_ALGO={algo}"] if algo else []), *(f"# {n}" for n in meta["notes"])]
 
 
-def _render_footer(console, records: list[dict], cfg: comm.CommConfig, ctx: dict | None) -> None:
-    """Under the table: the wrong values, the mean bus bandwidth, the likely causes of flagged rows, the file."""
-    from rich.text import Text
+def _nccl_lines(meta: dict) -> list[str]:
+    return [f"# NCCL {meta['nccl_version'] or 'version unknown'}, transport {meta['transport']}",
+            f"# expected busbw: {meta['expected'] or 'no topology for this group (give --topology)'}"]
 
-    wrong = sum(r["wrong"] for r in records)
-    console.print(Text(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
-                       style="dim" if wrong == 0 else "red"))
+
+def _nodes_lines(nodes: dict) -> list[str]:
+    """The nodes and their ranks, where the run spans more than one."""
+    if len(nodes) <= 1:
+        return []
+    return [f"# {len(nodes)} nodes: " + "; ".join(f"{h}: ranks {','.join(map(str, r))}" for h, r in nodes.items())
+            + " -- every row below is inter-node"]
+
+
+def footer_lines(records: list[dict], cfg: comm.CommConfig, ctx: dict | None) -> list[tuple[str, str]]:
+    """(text, style) under the table: the wrong values, the mean bus bandwidth, the likely causes of flagged
+    rows, the file."""
+    wrong = wrong_values(records)
+    lines = [(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}", "dim" if wrong == 0 else "red")]
     if records:
-        avg = sum(r["busbw_gbps"] for r in records) / len(records)
-        console.print(Text(f"# Avg bus bandwidth    : {avg:.3f} GB/s", style="dim"))
-    causes = (ctx or {}).get("causes") or []
-    if causes:
-        console.print(Text(f"# rows marked ! reach under {comm.FLAG_BELOW_PCT:.0f}% of the expected busbw; "
-                           "likely causes:", style="yellow"))
-        for cause in causes:
-            console.print(Text(f"#   - {cause}", style="yellow"))
+        lines.append((f"# Avg bus bandwidth    : {mean_busbw(records):.3f} GB/s", "dim"))
+    lines += _cause_lines((ctx or {}).get("causes") or [])
     if cfg.out:
-        console.print(Text(f"# records appended to {cfg.out}", style="dim"))
+        lines.append((f"# records appended to {cfg.out}", "dim"))
+    return lines
+
+
+def _cause_lines(causes: list[str]) -> list[tuple[str, str]]:
+    if not causes:
+        return []
+    return [(f"# rows marked ! reach under {comm.FLAG_BELOW_PCT:.0f}% of the expected busbw; likely causes:",
+             "yellow"), *((f"#   - {cause}", "yellow") for cause in causes)]
 
 
 def render_matrix(console, pairs, plot) -> None:

@@ -69,30 +69,50 @@ def rank_rows(summary) -> tuple[list[tuple[str, bool]], list[list[str]]]:
     return cols, rows
 
 
+# who was slow at a step, where, by how much: kept at any width; each rank's times follow
+STEP_COLUMNS = (("step", True), ("slow\nrank", True), ("late at", True), ("late\nby ms", True), ("waited", True),
+                ("long\nstep", True))
+
+
 def step_rows(summary, all_steps: bool) -> tuple[list[tuple[str, bool]], list[list[str]]]:
     """The per-step table (the spike steps, or every step): who was slow, where, by how much; each rank's
     step and wait times after (left out first on a narrow screen)."""
-    steps = summary.steps if all_steps else [v for v in summary.steps
-                                             if v["step"] in {s["step"] for s in summary.spike_steps}]
-    spikes = {s["step"]: s for s in summary.spike_steps}
-    cols = [("step", True), ("slow\nrank", True), ("late at", True), ("late\nby ms", True), ("waited", True),
-            ("long\nstep", True), *((f"rank {rank}\nstep / wait ms", False) for rank in range(summary.world_size)),
+    cols = [*STEP_COLUMNS, *((f"rank {rank}\nstep / wait ms", False) for rank in range(summary.world_size)),
             *((("predicted\nstep ms", False),) if summary.predicted_step_s else ())]
+    spikes = {s["step"]: s for s in summary.spike_steps}
     rows = []
-    for view in steps:
+    for view in shown_steps(summary, all_steps):
         spike = spikes.get(view["step"])
-        waited = spike and spike["waited"]
-        said = waited or all_steps
-        cells = [str(view["step"]), str(view["slowest_rank"]) if said else "-",
-                 (view.get("late_at") or "-") if said else "-", _ms(view.get("slow_by_s")),
-                 ",".join(map(str, spike["waited"])) if waited else "-",
-                 ",".join(map(str, spike["long_step"])) if spike and spike["long_step"] else "-"]
-        cells += [f"{_ms(t)} / {_ms(w)}" for t, w in zip(view.get("step_times_s") or [], view.get("waits_s") or [])]
-        cells += [""] * (6 + summary.world_size - len(cells))  # a step some rank did not record
-        if summary.predicted_step_s:
-            cells.append(_ms(summary.predicted_step_s))
-        rows.append(cells)
+        rows.append(step_row(summary, view, spike, names_slow_rank(spike, all_steps)))
     return cols, rows
+
+
+def shown_steps(summary, all_steps: bool) -> list[dict]:
+    """Every step, or the spike steps."""
+    if all_steps:
+        return list(summary.steps)
+    spiked = {s["step"] for s in summary.spike_steps}
+    return [v for v in summary.steps if v["step"] in spiked]
+
+
+def names_slow_rank(spike: dict | None, all_steps: bool) -> bool:
+    """Whether a step's row names its slowest rank and where it was late: at a step where some rank waited for
+    it, or in the table of every step."""
+    return bool(spike and spike["waited"]) or all_steps
+
+
+def step_row(summary, view: dict, spike: dict | None, said: bool) -> list[str]:
+    """One step: the slow rank and where it was late (where `said`), by how much, who waited, whose step was
+    long, then each rank's step / wait ms ("" for a rank with no record of the step)."""
+    slow = [str(view["slowest_rank"]), view.get("late_at") or "-"] if said else ["-", "-"]
+    cells = [str(view["step"]), *slow, _ms(view.get("slow_by_s")), _ranks(spike, "waited"), _ranks(spike, "long_step")]
+    cells += [f"{_ms(t)} / {_ms(w)}" for t, w in zip(view.get("step_times_s") or [], view.get("waits_s") or [])]
+    cells += [""] * (6 + summary.world_size - len(cells))
+    return cells + ([_ms(summary.predicted_step_s)] if summary.predicted_step_s else [])
+
+
+def _ranks(spike: dict | None, key: str) -> str:
+    return ",".join(map(str, spike[key])) if spike and spike[key] else "-"
 
 
 def show_summary(summary, lines: list[str], png: str | None, all_steps: bool = False, wide: bool = False) -> None:
