@@ -96,9 +96,31 @@ def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list
                           per_call * count, phase, unit)
 
 
+_MEMO_ENTRIES = 64  # a plan predicts ~16 micro-batch x checkpointing variants of each placed strategy in a row
+_memo: dict[tuple, tuple[Wiring, Profile, tuple[CollectiveCost, ...]]] = {}
+
+
 def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[CollectiveCost, ...]:
     """The collectives of one training step (one micro-batch per step) of a placed run, and their cost.
-    `topology` carries the links the run uses (NVLink taken away for the pcie what-if)."""
+    `topology` carries the links the run uses (NVLink taken away for the pcie what-if).
+
+    Remembered: they read only the settings in the key (not the micro-batch or checkpointing), and a plan on a
+    thousand nodes asks for the same groups of thousands of GPUs sixteen times in a row. The topology is matched by
+    identity (kept alive in the entry, so its id is not reused while there), the profile by value (frozen; each
+    prediction may make its own default one)."""
+    key = (id(topology), run.model, run.strategy, run.shard_group_size, run.precision, run.fp8_recipe,
+           run.gpus)
+    found = _memo.get(key)
+    if found is not None and found[0] is topology and (found[1] is profile or found[1] == profile):
+        return found[2]
+    out = _strategy_collectives(run, topology, profile)
+    if len(_memo) >= _MEMO_ENTRIES:
+        _memo.clear()
+    _memo[key] = (topology, profile, out)
+    return out
+
+
+def _strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[CollectiveCost, ...]:
     model, gpus, spec = run.model, run.gpus, run.spec
     group = tuple(sorted(gpus))
     out: list[CollectiveCost] = []
