@@ -327,7 +327,7 @@ class Cluster:
     def pcie_gbps(self) -> float:
         return self.node.pcie_gbps
 
-    @property
+    @cached_property  # the node's is looked up by name each time; a prediction asks for it per collective
     def gpu_spec(self) -> hardware.GpuSpec:
         return self.node.gpu_spec
 
@@ -368,6 +368,8 @@ class Cluster:
         return Link(a, b, NET, min(self.network_gbps_per_gpu, self.wan_gbps((a, b))), 0, p2p_supported=False)
 
     def gpu(self, index: int) -> Gpu:
+        if not self.members and 0 <= index < self.num_nodes * self.gpus_per_node:
+            return self.gpus[index]  # built once: `place` asks for every GPU of every candidate run
         self._check(index)
         if self.members:
             return replace(self.node.gpu(index % self.gpus_per_node), index=index)
@@ -391,12 +393,29 @@ class Cluster:
         return tuple(n * g + i for i in local if not self.members or n * g + i in self.members)
 
     def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+        members = gpus if isinstance(gpus, tuple) else tuple(gpus)
+        found = self._islands_memo.get(members)  # each prediction asks it of its run's GPUs, thousands of them
+        if found is None:
+            if len(self._islands_memo) >= _MEMO_ENTRIES:
+                self._islands_memo.clear()
+            found = self._islands_memo[members] = self._islands_spanned_now(members)
+        return found
+
+    def _islands_spanned_now(self, members: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         g = self.gpus_per_node
         seen: dict[tuple[int, ...], None] = {}
-        for node, local in self._split(gpus).items():
-            for isl in self.node.islands_spanned(local):
-                seen[tuple(node * g + i for i in isl if not self.members or node * g + i in self.members)] = None
+        local_islands: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}  # alike nodes: asked once
+        for node, local in self._split(members).items():
+            islands = local_islands.get(local)
+            if islands is None:
+                islands = local_islands[local] = self.node.islands_spanned(local)
+            for isl in islands:
+                seen[tuple(node * g + i for i in isl if not self.members or node * g + i in self._member_set)] = None
         return tuple(sorted(seen, key=lambda t: t[0]))
+
+    @cached_property
+    def _islands_memo(self) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        return {}
 
     def bottleneck_gbps(self, gpus: Iterable[int]) -> float:
         """GB/s per direction each GPU pushes into a ring over `gpus` (the ring's bus bandwidth).
