@@ -66,6 +66,14 @@ def distinct_groups(groups, topology) -> list:
     it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone)."""
     # in one region and one rack a node's place changes nothing: alike groups on other nodes price alike too
     anywhere = isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
+    if anywhere and not topology.members:
+        # a group and its copy some whole nodes on price alike (same key below): look at the first of each only
+        per_gpu = topology.gpus_per_node
+        shapes: dict[tuple, tuple] = {}
+        for g in groups:
+            base = g[0] // per_gpu * per_gpu
+            shapes.setdefault(tuple(map(base.__rsub__, g)), g)
+        groups = list(shapes.values())
     seen: dict[tuple, tuple] = {}
     for g in groups:
         per = topology.per_node(g)
@@ -141,15 +149,16 @@ def _strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple
     blocks, block, root = model.num_layers, model.layer_params, root_params(model)
     groups = shard_groups(topology, gpus, run.shard_group_size or run.num_gpus) if spec.replicated else [group]
     g0 = groups[0]
+    alike = distinct_groups(groups, topology) if len(groups) > 1 else groups  # once for the step's seven calls
     # a block's bf16 weights, or with fp8's float8 all-gather (kernels.fp8_all_gather) its Linears in fp8
     gathered, dtype = 2.0 * block, "bf16"
     if run.precision == "fp8" and fp8_all_gather(run.fp8_recipe, spec.fsdp):
         gathered, dtype = 2 * block - fp8_linear_params(model) / blocks, "fp8"
     ag = lambda nbytes, count, phase, unit="block": collective("all_gather", nbytes,
                                                                dtype if unit == "block" else "bf16", g0, topology,
-                                                               count, phase, profile, groups, unit)
+                                                               count, phase, profile, alike, unit)
     rs = lambda nbytes, count, phase, unit="block": collective("reduce_scatter", nbytes, "fp32", g0, topology, count,
-                                                               phase, profile, groups, unit)
+                                                               phase, profile, alike, unit)
     # forward: the root's and the first block's all-gathers come before any compute to hide behind;
     # each later block's all-gather is prefetched during the previous block's forward.
     out.append(ag(2 * root, 1, FORWARD_FIRST, "root"))
@@ -166,6 +175,7 @@ def _strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple
     out.append(rs(4 * root, 1, BACKWARD_LAST, "root"))
     if spec.replicated and len(groups) > 1:
         reps = replica_groups(groups)
+        reps = distinct_groups(reps, topology) if len(reps) > 1 else reps
         ar = lambda nbytes, count, phase, unit="block": collective("all_reduce", nbytes, "fp32", reps[0], topology,
                                                                    count, phase, profile, reps, unit)
         if blocks > 1:
