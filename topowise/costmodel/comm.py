@@ -256,7 +256,7 @@ def root_params(model: ModelSpec) -> int:
 
 def shard_groups(topo: Wiring, gpus: tuple[int, ...], size: int) -> list[tuple[int, ...]]:
     """Consecutive groups of `size` after ordering GPUs by NVLink island, so groups follow islands."""
-    island_rank = _island_ranks(topo)
+    island_rank = island_ranks(topo)
     ordered = sorted(gpus, key=lambda g: (island_rank.get(g, 0), g))
     return [tuple(ordered[k:k + size]) for k in range(0, len(ordered), size)]
 
@@ -269,7 +269,7 @@ def replica_groups(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 _island_rank_memo: dict[int, tuple[Wiring, dict[int, int]]] = {}
 
 
-def _island_ranks(topo: Wiring) -> dict[int, int]:
+def island_ranks(topo: Wiring) -> dict[int, int]:
     """GPU -> the index of its NVLink island, remembered per topology (matched by identity and kept alive in the
     entry): a cluster of thousands of nodes has hundreds of thousands of GPUs, and a plan asks for each hsdp run."""
     found = _island_rank_memo.get(id(topo))

@@ -461,7 +461,7 @@ class Cluster:
         issue 1576; docs/sources.md).
         """
         groups = self._split(gpus)
-        if sum(len(v) for v in groups.values()) < 2:
+        if sum(map(len, groups.values())) < 2:
             return float("inf")
         inside = min(self.node.bottleneck_gbps(local) for local in set(groups.values()))  # alike nodes: once
         if len(groups) == 1:
