@@ -60,10 +60,27 @@ def call_cost(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile) -> t
     return collective_time(op, nbytes, n, line, link, profile), achieved_gbps(op, n, line, link, profile)
 
 
+_kinds_memo: dict[tuple[int, int], tuple[tuple, Wiring, list]] = {}
+
+
 def distinct_groups(groups, topology) -> list:
     """One group of each kind the collectives model tells apart, so that the slowest is found without pricing
     hundreds of alike groups: inside a node, its local indices (alike nodes price alike); across nodes, the nodes
-    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone)."""
+    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone).
+
+    A tuple of groups (a mesh's, which every run on that mesh prices again) is remembered by identity, kept alive
+    in the entry with its topology: both are immutable."""
+    if not isinstance(groups, tuple):
+        return _distinct_groups(groups, topology)
+    found = _kinds_memo.get((id(groups), id(topology)))
+    if found is None or found[0] is not groups or found[1] is not topology:
+        if len(_kinds_memo) >= 256:
+            _kinds_memo.clear()
+        found = _kinds_memo[(id(groups), id(topology))] = (groups, topology, _distinct_groups(groups, topology))
+    return list(found[2])
+
+
+def _distinct_groups(groups, topology) -> list:
     # in one region and one rack a node's place changes nothing: alike groups on other nodes price alike too
     anywhere = isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
     if anywhere and not topology.members:

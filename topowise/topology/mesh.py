@@ -69,7 +69,10 @@ class Mesh:
                 offsets = [o + x for o in offsets for x in spread]
             else:
                 starts = [o + x for o in starts for x in spread]
-        gpus = self.gpus
+        gpus, size = self.gpus, len(offsets)
+        step = offsets[1] - offsets[0] if size > 1 else 1
+        if offsets == list(range(0, size * step, step)):  # evenly spaced ranks (every single or flattened dim): a slice
+            return tuple(tuple(gpus[start:start + size * step:step]) for start in starts)
         return tuple(tuple(gpus[start + o] for o in offsets) for start in starts)
 
     def group_of(self, dim: str, gpu: Hashable) -> tuple[Hashable, ...]:
