@@ -83,14 +83,7 @@ def distinct_groups(groups, topology) -> list:
 def _distinct_groups(groups, topology) -> list:
     # in one region and one rack a node's place changes nothing: alike groups on other nodes price alike too
     anywhere = isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
-    if anywhere and not topology.members:
-        # a group and its copy some whole nodes on price alike (same key below): look at the first of each only
-        per_gpu = topology.gpus_per_node
-        shapes: dict[tuple, tuple] = {}
-        for g in groups:
-            base = g[0] // per_gpu * per_gpu
-            shapes.setdefault(tuple(map(base.__rsub__, g)), g)
-        groups = list(shapes.values())
+    groups = alike_by_shift(groups, topology)
     seen: dict[tuple, tuple] = {}
     for g in groups:
         per = topology.per_node(g)
@@ -103,6 +96,27 @@ def _distinct_groups(groups, topology) -> list:
             key = ("net", tuple(per), locals_)
         seen.setdefault(key, tuple(g))
     return list(seen.values())
+
+
+def alike_by_shift(groups, topology) -> list:
+    """The first of each set of `groups` that are copies of one another some whole nodes apart, on a cluster where
+    a node's place changes nothing (one region, one rack, all its GPUs): those price alike (distinct_groups' keys
+    and every cost read only the nodes' count and local indices). Elsewhere every group."""
+    if not (isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
+            and not topology.members):
+        return list(groups)
+    per_gpu = topology.gpus_per_node
+    shapes: dict[tuple, tuple] = {}
+    if groups and max(map(len, groups)) == 1:  # one GPU each: its local index, of which a node has per_gpu
+        for g in groups:
+            shapes.setdefault((g[0] % per_gpu,), g)
+            if len(shapes) == per_gpu:
+                break
+        return list(shapes.values())
+    for g in groups:
+        base = g[0] // per_gpu * per_gpu
+        shapes.setdefault(tuple(map(base.__rsub__, g)), g)
+    return list(shapes.values())
 
 
 def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list, topo: Wiring, count: int,

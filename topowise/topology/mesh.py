@@ -62,6 +62,8 @@ class Mesh:
         strides, step = {}, 1
         for d in reversed(DIMS):
             strides[d], step = step, step * sizes[d]
+        if all(sizes[d] == 1 for d in members):  # a dimension of degree 1: each GPU a group of its own
+            return tuple(zip(self.gpus))
         offsets, starts = [0], [0]  # rank offsets inside a group; each group's first rank
         for d in DIMS:
             spread = [c * strides[d] for c in range(sizes[d])]
