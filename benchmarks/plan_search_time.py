@@ -1,9 +1,14 @@
 """How long `topowise plan` takes to search: every preset node, and a 64-node cluster if one loads.
 
     python benchmarks/plan_search_time.py [--repeat 5] [--json]
+    python benchmarks/plan_search_time.py --nodes 1000 32768 [--cases topo predict plan mesh]
 
 Times `planner.search.plan` (candidates, predictions, ranking, explanations), not process start-up.
 Prints the median of --repeat runs per case, the predictions made and how many fit.
+
+--nodes times large clusters of hgx-h100-8 nodes on InfiniBand NDR instead, once each: `topo`'s report
+(cluster_report), `predict` (llama3.1-8b, zero3 on every GPU), `plan` (llama3.1-8b, every GPU count) and
+`plan --mesh`'s search (llama3.1-70b on every GPU), each from a fresh load of the cluster.
 """
 
 from __future__ import annotations
@@ -49,11 +54,48 @@ def time_case(model_name: str, topo_name: str, num_gpus: int | None, repeat: int
             "max_s": max(times), "evaluated": result.evaluated, "feasible": result.feasible}
 
 
+LARGE_CASES = ("topo", "predict", "plan", "mesh")
+
+
+def time_large(nodes: int, case: str) -> dict:
+    """One large-cluster case, timed once from a fresh load of the cluster (nothing remembered from another)."""
+    from topowise.costmodel.predict import predict
+    from topowise.planner.mesh_search import search_mesh
+    from topowise.run import Run
+    from topowise.topology.cluster import cluster_report, load_cluster
+
+    name = f"{nodes}x hgx-h100-8+ib-ndr"
+    start = time.perf_counter()
+    cluster = load_cluster(name)
+    assert cluster is not None, name
+    if case == "topo":
+        detail = f"{len(cluster_report(cluster)['islands'])} islands"
+    elif case == "predict":
+        pred = predict(Run(model=load_model("llama3.1-8b"), gpus=cluster.indices, strategy="zero3"), cluster)
+        detail = f"{pred.tokens_per_s:,.0f} tokens/s"
+    elif case == "plan":
+        result = plan(load_model("llama3.1-8b"), cluster)
+        detail = f"{result.evaluated} predicted, {result.feasible} fit"
+    else:
+        found = search_mesh(cluster, load_model("llama3.1-70b"), cluster.indices, seq_len=4096)
+        detail = f"{found.considered} meshes, {found.pruned_by_memory} do not fit"
+    return {"nodes": nodes, "case": case, "seconds": time.perf_counter() - start, "detail": detail}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--nodes", type=int, nargs="+", help="time these cluster sizes instead (see above)")
+    parser.add_argument("--cases", nargs="+", choices=LARGE_CASES, default=list(LARGE_CASES))
     args = parser.parse_args()
+    if args.nodes:
+        print(f"{'nodes':>6} {'GPUs':>7} {'case':<8} {'seconds':>8}  result", flush=True)
+        for nodes in args.nodes:
+            for case in args.cases:
+                r = time_large(nodes, case)
+                print(f"{nodes:>6} {nodes * 8:>7} {case:<8} {r['seconds']:>8.2f}  {r['detail']}", flush=True)
+        return
     rows = []
     for topo_name in preset_names():
         for model_name in MODELS:

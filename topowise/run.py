@@ -227,7 +227,7 @@ class Run:
     def __post_init__(self) -> None:
         # normalise in place (frozen): an alias becomes its strategy, a list of GPUs a tuple
         object.__setattr__(self, "strategy", normalize_strategy(self.strategy))
-        object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
+        object.__setattr__(self, "gpus", tuple(map(int, self.gpus)))
         mode, option = normalize_checkpointing(self.checkpointing, self.selective_ac_option)
         object.__setattr__(self, "checkpointing", mode)
         object.__setattr__(self, "selective_ac_option", option)
@@ -453,8 +453,11 @@ def default_shard_group_size(topology, gpus: tuple[int, ...]) -> int:
 def place(run: Run, topology) -> Run:
     """The run on `topology`: every GPU must exist there; hsdp's shard group defaults to the NVLink
     island (from the real wiring, so a pcie what-if keeps the same layout)."""
-    for g in run.gpus:
-        topology.gpu(g)  # UsageError for a GPU the topology lacks
+    if hasattr(topology, "check_gpus"):  # a cluster: its hundreds of thousands of GPUs at once
+        topology.check_gpus(run.gpus)
+    else:
+        for g in run.gpus:
+            topology.gpu(g)  # UsageError for a GPU the topology lacks
     if run.spec.replicated and run.shard_group_size is None:
         if run.has_mesh:  # the island's room beside tp x cp, else (tp x cp fill it) every data-parallel GPU
             room = default_shard_group_size(topology, run.gpus) // (run.tp * run.cp)

@@ -60,12 +60,30 @@ def call_cost(op: str, nbytes: float, gpus, topo: Wiring, profile: Profile) -> t
     return collective_time(op, nbytes, n, line, link, profile), achieved_gbps(op, n, line, link, profile)
 
 
+_kinds_memo: dict[tuple[int, int], tuple[tuple, Wiring, list]] = {}
+
+
 def distinct_groups(groups, topology) -> list:
     """One group of each kind the collectives model tells apart, so that the slowest is found without pricing
     hundreds of alike groups: inside a node, its local indices (alike nodes price alike); across nodes, the nodes
-    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone)."""
+    it spans and, with more than one GPU a node, its local index sets (one a node: the NIC share alone).
+
+    A tuple of groups (a mesh's, which every run on that mesh prices again) is remembered by identity, kept alive
+    in the entry with its topology: both are immutable."""
+    if not isinstance(groups, tuple):
+        return _distinct_groups(groups, topology)
+    found = _kinds_memo.get((id(groups), id(topology)))
+    if found is None or found[0] is not groups or found[1] is not topology:
+        if len(_kinds_memo) >= 256:
+            _kinds_memo.clear()
+        found = _kinds_memo[(id(groups), id(topology))] = (groups, topology, _distinct_groups(groups, topology))
+    return list(found[2])
+
+
+def _distinct_groups(groups, topology) -> list:
     # in one region and one rack a node's place changes nothing: alike groups on other nodes price alike too
     anywhere = isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
+    groups = alike_by_shift(groups, topology)
     seen: dict[tuple, tuple] = {}
     for g in groups:
         per = topology.per_node(g)
@@ -78,6 +96,27 @@ def distinct_groups(groups, topology) -> list:
             key = ("net", tuple(per), locals_)
         seen.setdefault(key, tuple(g))
     return list(seen.values())
+
+
+def alike_by_shift(groups, topology) -> list:
+    """The first of each set of `groups` that are copies of one another some whole nodes apart, on a cluster where
+    a node's place changes nothing (one region, one rack, all its GPUs): those price alike (distinct_groups' keys
+    and every cost read only the nodes' count and local indices). Elsewhere every group."""
+    if not (isinstance(topology, Cluster) and topology.wan is None and topology.layout.is_default
+            and not topology.members):
+        return list(groups)
+    per_gpu = topology.gpus_per_node
+    shapes: dict[tuple, tuple] = {}
+    if groups and max(map(len, groups)) == 1:  # one GPU each: its local index, of which a node has per_gpu
+        for g in groups:
+            shapes.setdefault((g[0] % per_gpu,), g)
+            if len(shapes) == per_gpu:
+                break
+        return list(shapes.values())
+    for g in groups:
+        base = g[0] // per_gpu * per_gpu
+        shapes.setdefault(tuple(map(base.__rsub__, g)), g)
+    return list(shapes.values())
 
 
 def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list, topo: Wiring, count: int,
@@ -96,9 +135,31 @@ def collective(op: str, nbytes: float, dtype: str, group: tuple[int, ...] | list
                           per_call * count, phase, unit)
 
 
+_MEMO_ENTRIES = 64  # a plan predicts ~16 micro-batch x checkpointing variants of each placed strategy in a row
+_memo: dict[tuple, tuple[Wiring, Profile, tuple[CollectiveCost, ...]]] = {}
+
+
 def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[CollectiveCost, ...]:
     """The collectives of one training step (one micro-batch per step) of a placed run, and their cost.
-    `topology` carries the links the run uses (NVLink taken away for the pcie what-if)."""
+    `topology` carries the links the run uses (NVLink taken away for the pcie what-if).
+
+    Remembered: they read only the settings in the key (not the micro-batch or checkpointing), and a plan on a
+    thousand nodes asks for the same groups of thousands of GPUs sixteen times in a row. The topology is matched by
+    identity (kept alive in the entry, so its id is not reused while there), the profile by value (frozen; each
+    prediction may make its own default one)."""
+    key = (id(topology), run.model, run.strategy, run.shard_group_size, run.precision, run.fp8_recipe,
+           run.gpus)
+    found = _memo.get(key)
+    if found is not None and found[0] is topology and (found[1] is profile or found[1] == profile):
+        return found[2]
+    out = _strategy_collectives(run, topology, profile)
+    if len(_memo) >= _MEMO_ENTRIES:
+        _memo.clear()
+    _memo[key] = (topology, profile, out)
+    return out
+
+
+def _strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[CollectiveCost, ...]:
     model, gpus, spec = run.model, run.gpus, run.spec
     group = tuple(sorted(gpus))
     out: list[CollectiveCost] = []
@@ -119,15 +180,16 @@ def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[
     blocks, block, root = model.num_layers, model.layer_params, root_params(model)
     groups = shard_groups(topology, gpus, run.shard_group_size or run.num_gpus) if spec.replicated else [group]
     g0 = groups[0]
+    alike = distinct_groups(groups, topology) if len(groups) > 1 else groups  # once for the step's seven calls
     # a block's bf16 weights, or with fp8's float8 all-gather (kernels.fp8_all_gather) its Linears in fp8
     gathered, dtype = 2.0 * block, "bf16"
     if run.precision == "fp8" and fp8_all_gather(run.fp8_recipe, spec.fsdp):
         gathered, dtype = 2 * block - fp8_linear_params(model) / blocks, "fp8"
     ag = lambda nbytes, count, phase, unit="block": collective("all_gather", nbytes,
                                                                dtype if unit == "block" else "bf16", g0, topology,
-                                                               count, phase, profile, groups, unit)
+                                                               count, phase, profile, alike, unit)
     rs = lambda nbytes, count, phase, unit="block": collective("reduce_scatter", nbytes, "fp32", g0, topology, count,
-                                                               phase, profile, groups, unit)
+                                                               phase, profile, alike, unit)
     # forward: the root's and the first block's all-gathers come before any compute to hide behind;
     # each later block's all-gather is prefetched during the previous block's forward.
     out.append(ag(2 * root, 1, FORWARD_FIRST, "root"))
@@ -144,6 +206,7 @@ def strategy_collectives(run: Run, topology: Wiring, profile: Profile) -> tuple[
     out.append(rs(4 * root, 1, BACKWARD_LAST, "root"))
     if spec.replicated and len(groups) > 1:
         reps = replica_groups(groups)
+        reps = distinct_groups(reps, topology) if len(reps) > 1 else reps
         ar = lambda nbytes, count, phase, unit="block": collective("all_reduce", nbytes, "fp32", reps[0], topology,
                                                                    count, phase, profile, reps, unit)
         if blocks > 1:

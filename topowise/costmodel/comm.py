@@ -256,7 +256,7 @@ def root_params(model: ModelSpec) -> int:
 
 def shard_groups(topo: Wiring, gpus: tuple[int, ...], size: int) -> list[tuple[int, ...]]:
     """Consecutive groups of `size` after ordering GPUs by NVLink island, so groups follow islands."""
-    island_rank = {g: k for k, isl in enumerate(topo.islands()) for g in isl}
+    island_rank = island_ranks(topo)
     ordered = sorted(gpus, key=lambda g: (island_rank.get(g, 0), g))
     return [tuple(ordered[k:k + size]) for k in range(0, len(ordered), size)]
 
@@ -264,3 +264,18 @@ def shard_groups(topo: Wiring, gpus: tuple[int, ...], size: int) -> list[tuple[i
 def replica_groups(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """GPUs holding the same shard rank, one from each shard group."""
     return [tuple(g[s] for g in groups) for s in range(len(groups[0]))]
+
+
+_island_rank_memo: dict[int, tuple[Wiring, dict[int, int]]] = {}
+
+
+def island_ranks(topo: Wiring) -> dict[int, int]:
+    """GPU -> the index of its NVLink island, remembered per topology (matched by identity and kept alive in the
+    entry): a cluster of thousands of nodes has hundreds of thousands of GPUs, and a plan asks for each hsdp run."""
+    found = _island_rank_memo.get(id(topo))
+    if found is None or found[0] is not topo:
+        if len(_island_rank_memo) >= 8:
+            _island_rank_memo.clear()
+        found = _island_rank_memo[id(topo)] = (topo, {g: k for k, isl in enumerate(topo.islands()) for g in isl})
+    return found[1]
+

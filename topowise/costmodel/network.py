@@ -120,8 +120,10 @@ def describe_group(gpus, topo: Wiring, profile: Profile | None = None) -> Group:
     """How `gpus` sit on `topo`; `profile` gives the encryption rate of a WAN (default profile)."""
     members = tuple(gpus)
     per = topo.per_node(members)
-    k = min(len(v) for v in per.values())
-    worst = min(per.values(), key=lambda local: topo.node.bottleneck_gbps(local) if len(local) > 1 else math.inf)
+    k = min(map(len, per.values()))
+    # the first of the slowest nodes' GPU sets, looked for among the distinct sets (alike nodes: once)
+    worst = min(dict.fromkeys(per.values()),
+                key=lambda local: topo.node.bottleneck_gbps(local) if len(local) > 1 else math.inf)
     inner = topo.node.bottleneck_gbps(worst) if len(worst) > 1 else math.inf
     nv = all(topo.node.link(a, b).is_nvlink for i, a in enumerate(worst) for b in worst[i + 1:])
     group = Group(len(members), len(per), k, inner, "NVLink" if nv else "PCI",

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from topowise import hardware
-from topowise.costmodel.collectives import call_cost, collective, distinct_groups
+from topowise.costmodel.collectives import alike_by_shift, call_cost, collective, distinct_groups
 from topowise.costmodel.comm import AFTER_STEP, BACKWARD, FORWARD, CollectiveCost
 from topowise.costmodel.elementwise import block_elementwise_bytes
 from topowise.costmodel.flops import (
@@ -130,7 +130,8 @@ def p2p_seconds(nbytes: float, pair, topology, profile: Profile) -> float:
 def slowest_send(nbytes: float, mesh: Mesh, topology, profile: Profile) -> float:
     """The slowest send between neighbouring pipeline stages: pairs on the same two nodes price alike (across
     nodes), and so do pairs with the same local indices inside a node."""
-    pairs = [(g[i], g[i + 1]) for g in mesh.groups("pp") for i in range(len(g) - 1)]
+    # pipelines some whole nodes apart hold alike pairs (alike_by_shift): the first of each kind is enough
+    pairs = [(g[i], g[i + 1]) for g in alike_by_shift(mesh.groups("pp"), topology) for i in range(len(g) - 1)]
     return max(p2p_seconds(nbytes, pair, topology, profile) for pair in distinct_groups(pairs, topology))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, fields
 
+from topowise.costmodel.comm import island_ranks
 from topowise.models.spec import ModelSpec
 from topowise.planner.regions import region_sizes
 from topowise.run import STRATEGIES, Run
@@ -77,7 +78,7 @@ def gpu_counts(topo: Topology, num_gpus: int | None = None) -> tuple[int, ...]:
 
 def island_order(topo: Topology, gpus) -> tuple[int, ...]:
     """GPUs sorted by island, then index: HSDP's consecutive shard groups then follow the islands."""
-    rank = {g: i for i, isl in enumerate(topo.islands()) for g in isl}
+    rank = island_ranks(topo)  # built once per topology: a cluster's islands are counted in tens of thousands
     return tuple(sorted(gpus, key=lambda g: (rank[g], g)))
 
 

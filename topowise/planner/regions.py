@@ -37,7 +37,7 @@ def region_groups(wiring) -> tuple[tuple[int, ...], ...]:
 
     Reads `wiring.region_of(gpu)` (a region name or index per GPU) where the wiring has regions."""
     region_of = getattr(wiring, "region_of", None)
-    if region_of is None:
+    if region_of is None or getattr(wiring, "num_regions", None) == 1:  # a cluster in one region: no pass over its GPUs
         return ()
     out: dict = {}
     for g in wiring.indices:

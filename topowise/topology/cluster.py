@@ -150,11 +150,35 @@ class Cluster:
                 self._check(g)
             if self.members and not self._member_set.issuperset(members):
                 self._check(next(g for g in members if g not in self._member_set))
-        out: dict[int, list[int]] = {}
         per = self.gpus_per_node
+        regular = self._split_regular(members, per)
+        if regular is not None:
+            return regular
+        out: dict[int, list[int]] = {}
         for g in members:
             out.setdefault(g // per, []).append(g % per)
         return {n: tuple(sorted(v)) for n, v in sorted(out.items())}
+
+    @staticmethod
+    def _split_regular(members: tuple[int, ...], per: int) -> dict[int, tuple[int, ...]] | None:
+        """_split_now of consecutive GPUs (a run's, a shard group's) or of a stride of whole nodes (a replica
+        group's), node by node without a pass over the GPUs; None for any other group."""
+        if len(members) < 2:
+            return None
+        lo, hi = members[0], members[-1]
+        step = members[1] - lo
+        if step < 1 or (hi - lo) % step or (hi - lo) // step + 1 != len(members) \
+                or (step != 1 and step % per) or members != tuple(range(lo, hi + 1, step)):
+            return None
+        if step > 1:  # one GPU, the same local index, on every step // per-th node
+            return dict.fromkeys(range(lo // per, hi // per + 1, step // per), (lo % per,))
+        first, last = lo // per, hi // per
+        if first == last:
+            return {first: tuple(range(lo % per, hi % per + 1))}
+        out = {first: tuple(range(lo % per, per))}
+        out.update(dict.fromkeys(range(first + 1, last), tuple(range(per))))
+        out[last] = tuple(range(hi % per + 1))
+        return out
 
     @cached_property
     def _split_memo(self) -> dict[tuple[int, ...], dict[int, tuple[int, ...]]]:
@@ -162,7 +186,7 @@ class Cluster:
 
     def network_gbps(self, gpus: Iterable[int]) -> float:
         """GB/s per direction the network gives a group: its fewest GPUs on any node times the per-GPU share."""
-        return min(len(v) for v in self._split(gpus).values()) * self.network_gbps_per_gpu
+        return min(map(len, self._split(gpus).values())) * self.network_gbps_per_gpu
 
     # --- regions and distance ------------------------------------------------------------------
     @cached_property
@@ -328,7 +352,7 @@ class Cluster:
     def pcie_gbps(self) -> float:
         return self.node.pcie_gbps
 
-    @property
+    @cached_property  # the node's is looked up by name each time; a prediction asks for it per collective
     def gpu_spec(self) -> hardware.GpuSpec:
         return self.node.gpu_spec
 
@@ -368,7 +392,19 @@ class Cluster:
         # across regions the pair's rate is the lesser of its NIC share and its share of the WAN's line
         return Link(a, b, NET, min(self.network_gbps_per_gpu, self.wan_gbps((a, b))), 0, p2p_supported=False)
 
+    def check_gpus(self, gpus: Iterable[int]) -> None:
+        """UsageError for the first of `gpus` the cluster lacks, as `gpu` says it; no call per GPU (`place` checks
+        every GPU of every candidate run)."""
+        members = gpus if isinstance(gpus, tuple) else tuple(gpus)
+        total = self.num_nodes * self.gpus_per_node
+        if members and not self.members and 0 <= min(members) and max(members) < total:
+            return
+        for g in members:
+            self.gpu(g)
+
     def gpu(self, index: int) -> Gpu:
+        if not self.members and 0 <= index < self.num_nodes * self.gpus_per_node:
+            return self.gpus[index]  # built once: `place` asks for every GPU of every candidate run
         self._check(index)
         if self.members:
             return replace(self.node.gpu(index % self.gpus_per_node), index=index)
@@ -392,12 +428,29 @@ class Cluster:
         return tuple(n * g + i for i in local if not self.members or n * g + i in self.members)
 
     def islands_spanned(self, gpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+        members = gpus if isinstance(gpus, tuple) else tuple(gpus)
+        found = self._islands_memo.get(members)  # each prediction asks it of its run's GPUs, thousands of them
+        if found is None:
+            if len(self._islands_memo) >= _MEMO_ENTRIES:
+                self._islands_memo.clear()
+            found = self._islands_memo[members] = self._islands_spanned_now(members)
+        return found
+
+    def _islands_spanned_now(self, members: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         g = self.gpus_per_node
         seen: dict[tuple[int, ...], None] = {}
-        for node, local in self._split(gpus).items():
-            for isl in self.node.islands_spanned(local):
-                seen[tuple(node * g + i for i in isl if not self.members or node * g + i in self.members)] = None
+        local_islands: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}  # alike nodes: asked once
+        for node, local in self._split(members).items():
+            islands = local_islands.get(local)
+            if islands is None:
+                islands = local_islands[local] = self.node.islands_spanned(local)
+            for isl in islands:
+                seen[tuple(node * g + i for i in isl if not self.members or node * g + i in self._member_set)] = None
         return tuple(sorted(seen, key=lambda t: t[0]))
+
+    @cached_property
+    def _islands_memo(self) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        return {}
 
     def bottleneck_gbps(self, gpus: Iterable[int]) -> float:
         """GB/s per direction each GPU pushes into a ring over `gpus` (the ring's bus bandwidth).
@@ -409,7 +462,7 @@ class Cluster:
         issue 1576; docs/sources.md).
         """
         groups = self._split(gpus)
-        if sum(len(v) for v in groups.values()) < 2:
+        if sum(map(len, groups.values())) < 2:
             return float("inf")
         inside = min(self.node.bottleneck_gbps(local) for local in set(groups.values()))  # alike nodes: once
         if len(groups) == 1:

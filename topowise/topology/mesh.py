@@ -56,12 +56,26 @@ class Mesh:
         members = FLATTENED.get(dim, (dim,))
         if any(m not in DIMS for m in members):
             raise UsageError(f"unknown mesh dimension {dim!r}; choose one of {', '.join(DIMS + tuple(FLATTENED))}")
-        found: dict[tuple[int, ...], list[Hashable]] = {}
-        for rank, gpu in enumerate(self.gpus):
-            c = self.coords(rank)
-            key = tuple(c[d] for d in DIMS if d not in members)
-            found.setdefault(key, []).append(gpu)
-        return tuple(tuple(g) for g in found.values())
+        # ranks are row-major over DIMS: a group holds the ranks that differ only in `members`' coordinates; its
+        # first rank has those at 0, so groups ordered by first rank are the other coordinates in order
+        sizes = dict(zip(DIMS, self.shape))
+        strides, step = {}, 1
+        for d in reversed(DIMS):
+            strides[d], step = step, step * sizes[d]
+        if all(sizes[d] == 1 for d in members):  # a dimension of degree 1: each GPU a group of its own
+            return tuple(zip(self.gpus))
+        offsets, starts = [0], [0]  # rank offsets inside a group; each group's first rank
+        for d in DIMS:
+            spread = [c * strides[d] for c in range(sizes[d])]
+            if d in members:
+                offsets = [o + x for o in offsets for x in spread]
+            else:
+                starts = [o + x for o in starts for x in spread]
+        gpus, size = self.gpus, len(offsets)
+        step = offsets[1] - offsets[0] if size > 1 else 1
+        if offsets == list(range(0, size * step, step)):  # evenly spaced ranks (every single or flattened dim): a slice
+            return tuple(tuple(gpus[start:start + size * step:step]) for start in starts)
+        return tuple(tuple(gpus[start + o] for o in offsets) for start in starts)
 
     def group_of(self, dim: str, gpu: Hashable) -> tuple[Hashable, ...]:
         return next(g for g in self.groups(dim) if gpu in g)
