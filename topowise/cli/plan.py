@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
 
     measured = profiled_summary(result.plans[0].prediction) if result.plans else None  # --model-profile
     if args.json:
-        data = result.to_dict()
+        data = _versioned(result)
         if measured:
             data["model_profile"] = measured
         if exported is not None:
@@ -333,10 +333,17 @@ def checkpoint_cell(run) -> str:
     return f"sel:{run.selective_ac_option}" if run.checkpointing == "selective" else run.checkpointing
 
 
+def _versioned(result) -> dict:
+    """`plan --json`: to_dict() of the API's PlanResult for the planner's result (schema_version first)."""
+    from topowise.api import PlanResult
+
+    return PlanResult(detail=result).to_dict()
+
+
 def _show(result, as_json: bool, stderr: bool = False, wide: bool = False):
     """The ranking table, the reasons, the notes and what does not fit; returns the console they went to."""
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(_versioned(result), indent=2))
         return None
     from rich import box
 

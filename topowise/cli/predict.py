@@ -102,7 +102,6 @@ def run(args: argparse.Namespace) -> int:
     measured = profiled_summary(prediction)  # None unless --model-profile: then the file, and estimate or not
     if args.json:
         data = result.to_dict()
-        data.pop("schema_version")  # predict --json predates the version key and stays as it was (docs/api.md)
         print(json.dumps(dict(data, **({"model_profile": measured} if measured else {})), indent=2))
     else:
         from topowise.costmodel.memory import reserved_bytes
