@@ -88,3 +88,11 @@ def test_study_report_answers_the_four_questions(tiny):
         assert f"### {a.title}" in text and a.sentences and "not answered" not in a.sentences[0]
     data = study.to_dict()
     assert st.Study.from_dict(copy.deepcopy(data)).to_dict() == data
+
+
+def test_regions_answer_says_nothing_fits_for_a_model_too_large_for_the_regions():
+    big = load_model("llama3.1-405b")  # 405B on 4 nodes of 8x H100: no strategy fits, encrypted or not
+    answer = networks.across_regions([big], seq_len=4096, micro_batch=1)
+    rows = answer.values["llama3.1-405b"]
+    assert all(r["tokens_per_s"] is None for r in rows)
+    assert answer.sentences == ("llama3.1-405b: not answered (nothing fits).",)

@@ -47,7 +47,7 @@ def racks_apart(models, *, seq_len: int, micro_batch: int, profile=None):
         for label, cluster in layouts:  # the plan found on one rack, its run placed racks apart
             pred = predict(best.prediction.run, cluster, profile) if best else None
             extra = cluster.hop_extra_us(0, cluster.num_nodes - 1)
-            if ref is None:
+            if label == "one region":  # the reference, also when nothing fits there
                 ref = pred
             ratio = pred.tokens_per_s / ref.tokens_per_s if pred and ref else None
             rows.append([label, f"{extra:.2f}", _label(best), "-" if pred is None else f"{pred.step_time_s * 1e3:,.1f}",
@@ -96,9 +96,13 @@ def across_regions(models, *, seq_len: int, micro_batch: int, profile=None, pric
             if planned is None or label in ("one region", "none"):  # planned there; encryption reuses the plan
                 best = _plan(model, cluster, seq_len=seq_len, micro_batch=micro_batch, profile=profile).best
                 planned = best if label == "none" else None
-            pred = best.prediction if best is None or planned is None or label == "none" else predict(
-                best.prediction.run, cluster, profile)
-            if ref is None:
+            if best is None:  # nothing fits this model here (a 405B on four nodes)
+                pred = None
+            elif planned is None or label == "none":
+                pred = best.prediction
+            else:
+                pred = predict(best.prediction.run, cluster, profile)
+            if label == "one region":  # the reference, also when nothing fits there
                 ref = pred
             cost = regions.wan_cost(pred, cluster, WAN_SHARE) if pred is not None and cluster.wan else None
             rate = _wan_rate(cluster, profile)
