@@ -77,6 +77,7 @@ def test_nothing_set_reads_as_no_plan():
     ({"TOPOWISE_STRATEGY": "zero3"}, "without TOPOWISE_MICRO_BATCH"),
     ({"TOPOWISE_STRATEGY": "zero9", "TOPOWISE_MICRO_BATCH": "2", "TOPOWISE_CHECKPOINTING": "none"}, "zero9"),
     ({"TOPOWISE_STRATEGY": "ddp", "TOPOWISE_MICRO_BATCH": "0", "TOPOWISE_CHECKPOINTING": "none"}, "positive"),
+    ({"TOPOWISE_STRATEGY": "ddp", "TOPOWISE_MICRO_BATCH": "\u00b2", "TOPOWISE_CHECKPOINTING": "none"}, "positive"),
     ({"TOPOWISE_STRATEGY": "ddp", "TOPOWISE_MICRO_BATCH": "2", "TOPOWISE_CHECKPOINTING": "some"}, "some"),
     ({"TOPOWISE_PLAN": "/nonexistent/plan.json"}, "cannot read"),
 ])

@@ -296,7 +296,7 @@ def read_plan(environ: Mapping[str, str] | None = None) -> PlanSettings | None:
     if strategy not in STRATEGIES:
         raise UsageError(f"{STRATEGY_VAR}={strategy!r} is not a strategy; valid: {', '.join(STRATEGIES)}")
     text = given.get(MICRO_BATCH_VAR, str(plan.run.micro_batch) if plan else "")
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # "²" is a digit to isdigit, not to int
         raise UsageError(f"{MICRO_BATCH_VAR}={text!r} is not a positive whole number")
     checkpointing = given.get(CHECKPOINTING_VAR, plan.run.checkpointing if plan else "").lower()
     if checkpointing not in CHECKPOINTING:
