@@ -47,7 +47,7 @@ def racks_apart(models, *, seq_len: int, micro_batch: int, profile=None):
         for label, cluster in layouts:  # the plan found on one rack, its run placed racks apart
             pred = predict(best.prediction.run, cluster, profile) if best else None
             extra = cluster.hop_extra_us(0, cluster.num_nodes - 1)
-            if label == "one region":  # the reference, also when nothing fits there
+            if ref is None:
                 ref = pred
             ratio = pred.tokens_per_s / ref.tokens_per_s if pred and ref else None
             rows.append([label, f"{extra:.2f}", _label(best), "-" if pred is None else f"{pred.step_time_s * 1e3:,.1f}",
