@@ -92,6 +92,18 @@ def test_study_unknown_questions_model_is_refused_with_the_questions_off(tmp_pat
     (["study", "--questions-model", "llama3.1-8b", "--no-network-questions"], "--questions-model",
      "--no-network-questions"),
     (["study", "--gpu-hour-usd", "2", "--no-network-questions"], "--gpu-hour-usd", "--no-network-questions"),
+    # mesh flags that shape a group of degree 1
+    ([*PREDICT, "--no-sequence-parallel"], "--no-sequence-parallel", "--tp 2"),
+    ([*PREDICT, "--virtual-stages", "2"], "--virtual-stages", "--pp 2"),
+    ([*PREDICT, "--pp-schedule", "zb-h1"], "--pp-schedule", "--pp 2"),
+    # one verb's other flags
+    (["topo", "--list-presets", "--gpus", "0,1"], "--gpus", "--list-presets"),
+    (["monitor", "summarize", "run", "--plot", "m.png", "--no-plot"], "--plot", "--no-plot"),
+    (["doctor", "--snapshot", "s.json", "--rounds", "2"], "--rounds", "torchrun"),
+    (["validate", "--topology", "hgx-h100-8"], "--topology", "--measured"),
+    (["bench", "comm", "--plot", "m.png"], "--plot", "--matrix"),
+    (["launch", "--model", "tiny", "--topology", "hgx-h100-8", "--snapshot", "s.json", "--no-bind", "--dry-run",
+      "--", "train.py"], "--snapshot", "--no-bind"),
 ])
 def test_a_flag_that_would_do_nothing_is_refused(argv, flag, needs, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # were a study not refused, its report would land here

@@ -191,6 +191,8 @@ def _checked_flags(args: argparse.Namespace) -> tuple[tuple[str, ...], str, int]
         raise UsageError("--resume needs --out FILE.jsonl (the file whose cases to skip)")
     if not ops and not args.matrix:
         raise UsageError("--ops none leaves nothing to do: add --matrix, or name collectives")
+    if args.plot and not args.matrix:
+        raise UsageError("--plot is the GPU-pair matrix's heatmap: add --matrix, or drop --plot")
     return ops, dtype, comm.parse_size(args.matrix_bytes, "--matrix-bytes")
 
 

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also measure the GPU-pair copy matrix and an all-reduce over this node's GPUs against "
                              "what the cost model expects (seconds; skipped without a GPU)")
     parser.add_argument("--json", action="store_true", help="print JSON: status, checks[{name, status, ...}]")
-    parser.add_argument("--rounds", metavar="N", default="3",
+    parser.add_argument("--rounds", metavar="N",
                         help="across nodes (under torchrun/srun): rounds of node pairs to measure (default 3)")
     parser.add_argument("--pair-bytes", metavar="SIZE",
                         help="across nodes: bytes each pair exchanges each way (default 64M on GPUs, 8M on CPU)")
@@ -35,8 +35,11 @@ def run(args: argparse.Namespace) -> int:
     from topowise.doctor import checks as doctor_checks
     from topowise.doctor import read, snapshot
 
-    rounds = _positive(args.rounds, "--rounds")
+    rounds = _positive(args.rounds or "3", "--rounds")
     pair_bytes = _size(args.pair_bytes) if args.pair_bytes else None
+    if _job_world() <= 1 and (args.rounds or args.pair_bytes):
+        raise UsageError(f"{'--rounds' if args.rounds else '--pair-bytes'} measures node pairs across a job's "
+                         "nodes: run under torchrun or srun with more than one process, or drop it")
     if args.snapshot and args.measure:
         raise UsageError("--measure measures this machine; a --snapshot holds no measurement: drop one of them")
     if args.snapshot:

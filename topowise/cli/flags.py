@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from topowise.errors import UsageError
 from topowise.run import ENGINES, FABRICS
 
 
@@ -89,7 +90,6 @@ def add_checkpointing_arguments(parser: argparse.ArgumentParser) -> None:
 
 def checkpointing_from_args(args: argparse.Namespace) -> tuple[str, str]:
     """(mode, selective option) from --checkpointing, --selective-ac-option and --activation-checkpointing."""
-    from topowise.errors import UsageError
     from topowise.run import normalize_checkpointing
 
     legacy = bool(getattr(args, "activation_checkpointing", False))
@@ -109,7 +109,7 @@ def add_mesh_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel degree (1)")
     parser.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline-parallel degree (1)")
     parser.add_argument("--cp", type=int, default=1, metavar="C", help="context-parallel degree (1)")
-    parser.add_argument("--pp-schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (1f1b)")
+    parser.add_argument("--pp-schedule", choices=SCHEDULES, help="pipeline schedule, with --pp (1f1b)")
     parser.add_argument("--virtual-stages", type=int, default=1, metavar="V",
                         help="model chunks per pipeline rank, with interleaved-1f1b (1)")
     parser.add_argument("--grad-accum", type=int, default=1, metavar="M",
@@ -120,8 +120,13 @@ def add_mesh_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def mesh_from_args(args: argparse.Namespace) -> dict:
-    """The Run keywords of the mesh flags."""
-    return {"tp": args.tp, "pp": args.pp, "cp": args.cp, "pp_schedule": args.pp_schedule,
+    """The Run keywords of the mesh flags; a flag that would shape nothing at tp 1 or pp 1 is refused."""
+    if args.tp == 1 and not args.sequence_parallel:
+        raise UsageError("--no-sequence-parallel acts on a tensor-parallel group: add --tp 2 or more, or drop it")
+    if args.pp == 1 and (args.pp_schedule is not None or args.virtual_stages != 1):
+        flag = "--pp-schedule" if args.pp_schedule is not None else "--virtual-stages"
+        raise UsageError(f"{flag} shapes a pipeline: add --pp 2 or more, or drop it")
+    return {"tp": args.tp, "pp": args.pp, "cp": args.cp, "pp_schedule": args.pp_schedule or "1f1b",
             "virtual_stages": args.virtual_stages, "grad_accum": args.grad_accum,
             "sequence_parallel": args.sequence_parallel}
 
@@ -156,7 +161,6 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
 
 def kernels_from_args(args: argparse.Namespace) -> dict:
     """The Run keywords of the kernel flags; --fp8-recipe without --precision fp8 is refused."""
-    from topowise.errors import UsageError
     from topowise.run import KERNEL_DEFAULTS
 
     precision = getattr(args, "precision", KERNEL_DEFAULTS["precision"])

@@ -101,6 +101,8 @@ def binding_of(args: argparse.Namespace, plan):
     """What the doctor found, bound: from --snapshot FILE or this machine; none with --no-bind."""
     from topowise.doctor import bind
 
+    if args.no_bind and args.snapshot:
+        raise UsageError("--snapshot is read for the NUMA binding that --no-bind turns off: give one of them")
     if args.no_bind:
         return bind.Binding(notes=("--no-bind: no NUMA binding, NCCL_IB_HCA as the environment has it",))
     if args.snapshot:

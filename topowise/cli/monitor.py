@@ -8,6 +8,7 @@ import json
 import math
 
 from topowise.cli.flags import add_wide_argument
+from topowise.errors import UsageError
 
 SUBVERBS = {
     "summarize": "per-rank and per-step tables and a plot from a StepMonitor run folder: which rank is slow, "
@@ -41,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         return _hang(args)
     from topowise.monitor.summary import plot, summarize, verdict
 
+    if args.no_plot and args.plot:
+        raise UsageError("--plot names where the plot goes and --no-plot asks for none: give one of them")
     summary = summarize(args.run_dir)
     png = None
     if not args.no_plot and summary.steps:

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from topowise.errors import UsageError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
@@ -25,6 +27,10 @@ def run(args: argparse.Namespace) -> int:
     from topowise.topology import presets
 
     if args.list_presets:
+        given = [f for f, v in (("--preset", args.preset), ("--file", args.file), ("--gpu-name", args.gpu_name),
+                                ("--gpus", args.gpus), ("--json", args.json)) if v]
+        if given:
+            raise UsageError(f"--list-presets lists the named machines and nothing else: drop {given[0]}")
         from topowise.topology.cluster import CLUSTER_PRESETS, EXAMPLES
 
         rows = [(name, presets.describe(name)) for name in presets.preset_names()]
@@ -104,7 +110,6 @@ def topo_report(topo, gpus_text: str | None = None, environ=None) -> dict:
 
 
 def _load(args):
-    from topowise.errors import UsageError
 
     if args.preset is not None:
         if args.gpu_name:
@@ -123,7 +128,6 @@ def _load(args):
 
 
 def _load_file(path: str, gpu_name: str | None):
-    from topowise.errors import UsageError
     from topowise.topology import topology_from_text
     from topowise.topology.smi_text import parse_topo_text
 

@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     topology = None
+    if args.topology and not args.measured:
+        raise UsageError("--topology describes where --measured records ran; a new run measures this machine: "
+                         "add --measured FILE or drop --topology")
     if args.measured:
         if not Path(args.measured).is_file():  # before the profile: its absence is not what is wrong
             raise UsageError(f"--measured {args.measured}: " + ("a folder" if Path(args.measured).is_dir() else
