@@ -27,7 +27,8 @@ def _one_line(code, err, *words):
 @pytest.mark.parametrize("argv, words", [
     ([*PREDICT, "--micro-batch", HUGE], ["--micro-batch", "at most 65,536"]),
     ([*PREDICT, "--grad-accum", HUGE], ["--grad-accum", "at most 16,384"]),
-    ([*PREDICT, "--virtual-stages", HUGE], ["--virtual-stages", "at most 2", "layer"]),
+    ([*PREDICT, "--pp", "2", "--pp-schedule", "interleaved-1f1b", "--virtual-stages", HUGE],
+     ["--virtual-stages", "at most 2", "layer"]),
     ([*PREDICT, "--gpu-hour-usd", HUGE], ["--gpu-hour-usd", "at most 1000 USD an hour"]),
     (["plan", "--model", "tiny", "--topology", "h200-x2", "--micro-batch", HUGE], ["--micro-batch", "at most 65,536"]),
     (["plan", "--model", "tiny", "--topology", "2x hgx-h100-8+ib-ndr", "--network", "ib-ndr,eth-100",
@@ -40,7 +41,8 @@ def test_run_numbers_past_any_job_are_refused(argv, words, capsys):
 @pytest.mark.parametrize("argv", [
     [*PREDICT, "--micro-batch", "65536", "--seq-len", "8"],
     [*PREDICT, "--grad-accum", "16384"],
-    [*PREDICT, "--gpu-hour-usd", "1000"],
+    ["predict", "--model", "tiny", "--topology", "2x hgx-h100-8+ib-ndr", "--num-gpus", "16", "--strategy", "ddp",
+     "--network", "ib-ndr,eth-100", "--gpu-hour-usd", "1000"],
     ["predict", "--model", "tiny", "--topology", "h200-x2", "--num-gpus", "2", "--strategy", "ddp", "--pp", "2",
      "--pp-schedule", "interleaved-1f1b", "--virtual-stages", "2", "--grad-accum", "2"],
 ], ids=["micro-batch", "grad-accum", "gpu-hour-usd", "one layer per chunk"])

@@ -35,7 +35,8 @@ def _plan_file(tmp_path, gpus=(2, 3, 4, 5)) -> Path:
 def _dry_run(tmp_path, capsys, monkeypatch, *extra, torch_numa=True, numactl=True, snap=HGX):
     monkeypatch.setattr(bind, "torch_has_numa_binding", lambda: torch_numa)
     monkeypatch.setattr(bind, "have_numactl", lambda: numactl)
-    rc = main(["launch", "--plan", str(_plan_file(tmp_path)), "--snapshot", str(snap), "--run-dir",
+    snapshot_flag = ["--snapshot", str(snap)] if snap else []  # --no-bind reads none
+    rc = main(["launch", "--plan", str(_plan_file(tmp_path)), *snapshot_flag, "--run-dir",
                str(tmp_path / "run"), *extra, "--dry-run", "--", "train.py", "--lr", "1"])
     assert rc == 0
     out = capsys.readouterr()
@@ -77,7 +78,7 @@ def test_one_numa_node_binds_nothing(tmp_path, capsys, monkeypatch):
 
 
 def test_no_bind_leaves_the_ranks_alone(tmp_path, capsys, monkeypatch):
-    argv, env, _ = _dry_run(tmp_path, capsys, monkeypatch, "--no-bind", torch_numa=False)
+    argv, env, _ = _dry_run(tmp_path, capsys, monkeypatch, "--no-bind", torch_numa=False, snap=None)
     assert argv[4:] == ["train.py", "--lr", "1"]
     assert not any(k.startswith(("TOPOWISE_BIND", "NCCL_IB_HCA")) for k in env)
 
