@@ -86,32 +86,17 @@ def parse_fit_names(text: str | None) -> list[str] | None:
 
 def run(args: argparse.Namespace) -> int:
     from topowise.calibrate.driver import calibrate
-    from topowise.errors import UsageError
-    from topowise.measure.launcher import require_torch
 
     check_out_folder(args.out)
     if args.only == "encryption":
         return run_encryption(args)
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-    if args.from_records and args.records:
-        raise UsageError("--records names where a measuring run writes; --from-records reads one: give one of them")
-    if args.from_records:
-        device, nproc = args.device or "cuda", args.nproc or 0
-    else:
-        device, nproc = default_device_and_nproc(args.device, args.nproc)
-        if nproc < 2:
-            raise UsageError(f"calibration measures collectives and needs two or more processes, not --nproc {nproc}")
-        require_torch("calibrate", "--from-records DIR fits the records of an earlier run without it")
-    for flag, asked in (("--compile", args.compile), ("--design", args.design)):
-        if asked and (args.from_records or device != "cuda"):
-            raise UsageError(f"{flag} changes what calibrate measures on GPUs: it applies on a GPU machine, not with "
-                             "--from-records (the records say what was run) or --device cpu")
+    check_flags(args)
+    device, nproc = run_device(args)
+    check_gpu_flags(args, device)
     fit_names = parse_fit_names(args.fit)
-    progress = None if args.json else (lambda line: print(line, flush=True))
+    progress = None if args.json else print_progress
     if progress and not args.from_records:
-        progress(f"calibrating {device} with {nproc} processes: comm sweep and training steps "
-                 + ("(gloo)" if device == "cpu" else "per fabric"))
+        progress(start_line(device, nproc))
     result = calibrate(device=device, nproc=nproc, out=args.out, records=args.records, from_records=args.from_records,
                        use_cache=not args.no_cache, timeout_s=args.timeout, progress=progress, fit_names=fit_names,
                        design=args.design, compile=args.compile, keep_poor_fit=args.keep_poor_fit)
@@ -122,6 +107,55 @@ def run(args: argparse.Namespace) -> int:
     for warning in result.report.get("warnings", []):
         sys.stderr.write(f"topowise: warning: {warning}\n")
     return 1 if result.report.get("problems") else 0
+
+
+def run_device(args: argparse.Namespace) -> tuple[str, int]:
+    """(device, nproc): the records' (as given; they say the rest) or this machine's."""
+    if args.from_records:
+        return args.device or "cuda", args.nproc or 0
+    return measuring_device(args)
+
+
+def print_progress(line: str) -> None:
+    print(line, flush=True)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """A timeout that is no time; --records (where a run writes) beside --from-records (what is read)."""
+    from topowise.errors import UsageError
+
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    if args.from_records and args.records:
+        raise UsageError("--records names where a measuring run writes; --from-records reads one: give one of them")
+
+
+def measuring_device(args: argparse.Namespace) -> tuple[str, int]:
+    """(device, nproc) of a run that measures this machine: two processes or more (the collectives), torch."""
+    from topowise.errors import UsageError
+    from topowise.measure.launcher import require_torch
+
+    device, nproc = default_device_and_nproc(args.device, args.nproc)
+    if nproc < 2:
+        raise UsageError(f"calibration measures collectives and needs two or more processes, not --nproc {nproc}")
+    require_torch("calibrate", "--from-records DIR fits the records of an earlier run without it")
+    return device, nproc
+
+
+def check_gpu_flags(args: argparse.Namespace, device: str) -> None:
+    """--compile and --design change what is measured on GPUs: refused when reading records or on the CPU."""
+    from topowise.errors import UsageError
+
+    on_gpus = not args.from_records and device == "cuda"
+    asked = [flag for flag, given in (("--compile", args.compile), ("--design", args.design)) if given]
+    if asked and not on_gpus:
+        raise UsageError(f"{asked[0]} changes what calibrate measures on GPUs: it applies on a GPU machine, not with "
+                         "--from-records (the records say what was run) or --device cpu")
+
+
+def start_line(device: str, nproc: int) -> str:
+    return (f"calibrating {device} with {nproc} processes: comm sweep and training steps "
+            + ("(gloo)" if device == "cpu" else "per fabric"))
 
 
 def check_out_folder(out: str | None) -> None:
@@ -191,77 +225,122 @@ def source_kind(source: str) -> str:
 
 
 def render(result) -> None:
-    from rich import box
-    from rich.table import Table
-
-    from topowise.cli.console import column
     from topowise.cli.console import console as make_console
-    from topowise.costmodel.profile_store import parse_fingerprint
-    from topowise.report.comparison import comparison_tables, run_words
+    from topowise.report.comparison import comparison_tables
 
     console = make_console()
     p, rep = result.profile, result.report
-    device = parse_fingerprint(p.fingerprint).get("device", "cuda")
+    device = profile_device(p)
+    rows, kept = profile_rows(p)
     console.print(f"[bold]Calibrated profile[/]: {p.fingerprint}", highlight=False)
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
-    column(table, "parameter")
-    column(table, "value", justify="right")
-    column(table, "source")
+    console.print(profile_table(rows, p.sources))
+    console.print(sources_line(kept), highlight=False)
+    print_lines(console, fit_lines(rep))
+    if rep.get("gpu_clocks"):  # the fitted GPU rates carry the clock these runs had
+        console.print(clocks_line(rep["gpu_clocks"]), highlight=False)
+    print_lines(console, comparison_tables("Calibration runs with the fitted profile", "run",
+                                           run_rows(rep.get("runs_detail") or []), device))
+    print_lines(console, left_out_lines(rep, device))
+    print_lines(console, path_lines(result))
+    sys.stdout.flush()
+
+
+def print_lines(console, lines, **options) -> None:
+    for line in lines:
+        console.print(line, **options)
+
+
+def profile_device(profile) -> str:
+    from topowise.costmodel.profile_store import parse_fingerprint
+
+    return parse_fingerprint(profile.fingerprint).get("device", "cuda")
+
+
+def profile_rows(profile) -> tuple[list[tuple[str, str]], int]:
+    """(parameter, value) rows of the profile, and how many link/op pairs keep their defaults: only the pairs
+    calibrated here have rows (the others are a link class this machine does not have, or an op not measured)."""
+    p = profile
     rows = [("compute_efficiency", f"{p.compute_efficiency:.3f}"), ("hbm_efficiency", f"{p.hbm_efficiency:.3f}"),
             ("peak_flops", f"{p.peak_flops:.4g}"),
             ("activation_scale", f"{p.activation_scale:.3f}"), ("allocator_slack", f"{p.allocator_slack:.3f}")]
     rows += [(f"overlap.{s}", f"{v:.3f}") for s, v in p.overlap.items()]
     rows += [(f"encryption_gbps_per_core.{c}", f"{v:.2f} GB/s") for c, v in p.encryption_gbps_per_core.items()]
-    kept = 0
-    for key in sorted(p.comm_efficiency):
-        if not p.sources.get(f"comm_efficiency.{key}", "").startswith("calibrated"):
-            kept += 1  # a link class this machine does not have, or an op not measured
-            continue
+    calibrated = [k for k in sorted(p.comm_efficiency)
+                  if p.sources.get(f"comm_efficiency.{k}", "").startswith("calibrated")]
+    for key in calibrated:
         rows.append((f"comm_efficiency.{key}", f"{p.comm_efficiency[key]:.3f}"))
         rows.append((f"latency_s.{key}", f"{p.latency_s[key] * 1e6:.1f} us"))
-    for name, value in rows:
-        kind = source_kind(p.sources.get(name, ""))
-        table.add_row(name, value, kind, style=None if kind == "fitted here" else "dim")
-    console.print(table)
-    console.print("what each value was fitted from, with the numbers: the profile's \"sources\""
-                  + (f"; {kept} link/op pairs not measured here keep their defaults" if kept else ""), highlight=False)
-    st = rep.get("step_time") or {}
-    if st.get("observations"):
-        console.print(f"step-time fit over {st['observations']} runs: rms error {100 * st['rms_error']:.1f}%, "
-                      f"worst {100 * st['max_error']:.1f}%")
-    mem = rep.get("memory") or {}
-    if mem.get("observations"):
-        console.print(f"memory fit over {mem['observations']} runs: rms error {100 * mem['rms_error']:.1f}%, "
-                      f"worst {100 * mem['max_error']:.1f}%")
-    if rep.get("gpu_clocks"):  # the fitted GPU rates carry the clock these runs had
-        from topowise.measure.gpu_clocks import describe_clocks
+    return rows, len(p.comm_efficiency) - len(calibrated)
 
-        console.print(f"GPU clocks over the {rep['gpu_clocks']['runs']} training runs: "
-                      f"{describe_clocks(rep['gpu_clocks'])}", highlight=False)
-    detail = rep.get("runs_detail") or []
-    if detail:
-        rows = [(d["fabric"], f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}",
-                 d["predicted"]["step_time_s"], d["measured"]["step_time_s"], d["step_time_error"],
-                 d["predicted"]["allocated_bytes"], d["measured"]["peak_memory_bytes"], d["peak_memory_error"])
-                for d in detail]
-        for runs in comparison_tables("Calibration runs with the fitted profile", "run", rows, device):
-            console.print(runs)
-    for failed in rep.get("failed", []):
-        console.print(f"[yellow]run not used: {run_words(failed, device)}[/]")
-    if rep.get("host_bound"):
-        console.print("host seconds per block fitted from the host-bound runs (left out of the GPU-rate fit): "
-                      + run_words(", ".join(rep["host_bound"]), device))
-    for unsteady in rep.get("unsteady", []):
-        console.print(f"[yellow]run left out of the step-time fit (timed steps not steady): "
-                      f"{run_words(unsteady, device)}[/]")
-    for problem in rep.get("problems", []):
-        console.print(f"[red]{problem}[/]")
+
+def profile_table(rows: list[tuple[str, str]], sources: dict):
+    """The profile's values, each with its source in two words; the values kept from the defaults dimmed."""
+    from rich import box
+    from rich.table import Table
+
+    from topowise.cli.console import column
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    column(table, "parameter")
+    column(table, "value", justify="right")
+    column(table, "source")
+    for name, value in rows:
+        kind = source_kind(sources.get(name, ""))
+        table.add_row(name, value, kind, style=None if kind == "fitted here" else "dim")
+    return table
+
+
+def sources_line(kept: int) -> str:
+    return ("what each value was fitted from, with the numbers: the profile's \"sources\""
+            + (f"; {kept} link/op pairs not measured here keep their defaults" if kept else ""))
+
+
+def fit_lines(report: dict) -> list[str]:
+    """How closely the step-time and memory fits meet the runs they were fitted to."""
+    lines = []
+    for key, words in (("step_time", "step-time"), ("memory", "memory")):
+        fit = report.get(key) or {}
+        if fit.get("observations"):
+            lines.append(f"{words} fit over {fit['observations']} runs: rms error {100 * fit['rms_error']:.1f}%, "
+                         f"worst {100 * fit['max_error']:.1f}%")
+    return lines
+
+
+def clocks_line(clocks: dict) -> str:
+    from topowise.measure.gpu_clocks import describe_clocks
+
+    return f"GPU clocks over the {clocks['runs']} training runs: {describe_clocks(clocks)}"
+
+
+def run_rows(detail: list[dict]) -> list[tuple]:
+    """The calibration runs' table rows: each run predicted with the fitted profile beside what it measured."""
+    return [(d["fabric"], f"{d['model']} {d['strategy']} mb{d['micro_batch']} seq{d['seq_len']}",
+             d["predicted"]["step_time_s"], d["measured"]["step_time_s"], d["step_time_error"],
+             d["predicted"]["allocated_bytes"], d["measured"]["peak_memory_bytes"], d["peak_memory_error"])
+            for d in detail]
+
+
+def left_out_lines(report: dict, device: str) -> list[str]:
+    """The runs the fit did not use, or used only for the host terms, and the measuring's problems."""
+    from topowise.report.comparison import run_words
+
+    lines = [f"[yellow]run not used: {run_words(failed, device)}[/]" for failed in report.get("failed", [])]
+    if report.get("host_bound"):
+        lines.append("host seconds per block fitted from the host-bound runs (left out of the GPU-rate fit): "
+                     + run_words(", ".join(report["host_bound"]), device))
+    lines += [f"[yellow]run left out of the step-time fit (timed steps not steady): {run_words(u, device)}[/]"
+              for u in report.get("unsteady", [])]
+    return lines + [f"[red]{problem}[/]" for problem in report.get("problems", [])]
+
+
+def path_lines(result) -> list[str]:
+    """How long it took, where the profile went (and its cached copy), and the raw records to re-fit."""
+    lines = []
     if result.elapsed_s is not None:
-        console.print(f"calibration took {result.elapsed_s:.0f} s (measuring {rep.get('measure_s') or 0:.0f} s)")
-    if result.profile_path:
-        console.print(f"profile: {result.profile_path}" + (f" (cached: {result.cache_path})" if result.cache_path and
-                                                           result.cache_path != result.profile_path else ""))
-    else:
-        console.print("profile: not written (see the warning below)")
-    console.print(f"raw records: {result.records_dir} (re-fit with --from-records {result.records_dir})")
-    sys.stdout.flush()
+        measuring = result.report.get("measure_s") or 0
+        lines.append(f"calibration took {result.elapsed_s:.0f} s (measuring {measuring:.0f} s)")
+    cached = result.cache_path and result.cache_path != result.profile_path
+    lines.append(f"profile: {result.profile_path}" + (f" (cached: {result.cache_path})" if cached else "")
+                 if result.profile_path else "profile: not written (see the warning below)")
+    lines.append(f"raw records: {result.records_dir} (re-fit with --from-records {result.records_dir})")
+    return lines
