@@ -138,6 +138,20 @@ def test_calibrate_out_where_no_file_can_go(tmp_path, where, words, capsys):
     assert not (tmp_path / "missing").exists() and not list(tmp_path.glob("*.tmp"))
 
 
+BENCH_TRAIN_FOLDER = Path(__file__).parents[1] / "data" / "records" / "2026-12-05-cpu" / "mesh-trace"
+
+
+@pytest.mark.parametrize("meta, words", [(None, "no fingerprint"), (DEEP, "not readable JSON"),
+                                         ("[1, 2]", "no topology or fingerprint")])
+def test_calibrate_from_records_of_another_kind(tmp_path, meta, words, capsys):
+    folder = BENCH_TRAIN_FOLDER  # bench train's own meta.json: no machine fingerprint to key a profile on
+    if meta is not None:
+        folder = tmp_path / "records"
+        folder.mkdir()
+        (folder / "meta.json").write_text(meta)
+    _one_line(*run_cli(["calibrate", "--from-records", str(folder)], capsys), "meta.json", words)
+
+
 # --- 4. launch --run-dir ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("where", ["file.txt", "file.txt/run"])
 def test_launch_run_dir_that_is_a_file(tmp_path, plan_file, where, capsys):

@@ -110,7 +110,14 @@ def read_records_dir(folder: Path) -> tuple[list[dict], dict]:
     if not meta_path.is_file():
         raise UsageError(f"{folder} holds no {META_FILE}: not a calibration records folder (written by "
                          "`topowise calibrate --records DIR`)")
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
+        raise UsageError(f"{meta_path}: not readable JSON ({type(exc).__name__})") from None
+    missing = [k for k in ("topology", "fingerprint") if not isinstance(meta, dict) or k not in meta]
+    if missing:  # bench train's folders hold a meta.json too, without the machine's fingerprint
+        raise UsageError(f"{meta_path} has no {' or '.join(missing)}: not a calibration records folder (written by "
+                         "`topowise calibrate --records DIR`)")
     records = []
     for name in RECORD_FILES.values():
         records += load_records(folder / name)  # each through its record class: its version checked
