@@ -61,50 +61,28 @@ def run(args: argparse.Namespace) -> int:
 
     from topowise.models.spec import load_model
     from topowise.report import study as st
-    from topowise.report.render import print_summary, write_report
+    from topowise.report.render import print_summary
 
     model = load_model(args.model)
     asked_questions_model = load_model(args.questions_model) if args.questions_model else None  # a bad name, always
     prices = prices_from_args(args)  # a wrong price says so first, then a right one is refused where nothing reads it
     refuse_idle_flags(args)
-    names = None if args.topologies is None else [n.strip() for n in args.topologies.split(",") if n.strip()]
-    topologies = st.resolve_topologies(names, args.gpu_name)
+    topologies = st.resolve_topologies(topology_names(args.topologies), args.gpu_name)
     profile = _load_profile(args.profile, topologies)
     st.check_study_args(topologies, num_gpus=args.num_gpus, seq_len=args.seq_len, micro_batch=args.micro_batch,
                         model=model)
-    networks = ()
-    if args.network is not None:
-        from topowise.whatif import parse_networks
-
-        networks = parse_networks(args.network)
-        if not any(getattr(t, "num_nodes", 1) > 1 for _label, t in topologies):
-            raise UsageError("--network compares networks between nodes: name a cluster among --topologies, "
-                             "e.g. --topologies '4x hgx-h100-8+ib-ndr'")
+    networks = _networks(args.network, topologies)
     question_models = () if args.no_network_questions else (
         model, asked_questions_model or load_model(second_model(model)))
-    live = next((t for label, t in topologies if label == "live"), None)
-    if args.measure:
-        live = live or st.discover_live()
-        if live is None:
-            raise UsageError("--measure needs NVIDIA GPUs on this machine (none found through NVML); "
-                             "run it on a GPU machine, or drop --measure for predictions only")
-        measure_model = load_model(args.measure_model or MEASURE_MODEL)
+    live = _live_to_measure(topologies) if args.measure else None
+    measure_model = load_model(args.measure_model or MEASURE_MODEL) if args.measure else None
 
     out_dir = make_out_dir(args.out)  # before the predictions: a bad --out fails in a second, not after them
     err = Console(stderr=True)
     study = _run_with_progress(st, model, topologies, args, profile, err, networks, question_models, prices)
     if args.measure:
-        gpus = live.best_subset(args.num_gpus) if args.num_gpus else live.indices
-        err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
-        measured = st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
-                                   micro_batch=args.micro_batch, steps=measure_steps(args),
-                                   out_jsonl=str(out_dir / "measured.jsonl"), profile=profile,
-                                   trace_dir=str(out_dir / "trace") if args.trace else None, compile=args.compile)
-        study = study.with_measured(measured)
-    try:
-        paths = write_report(study, out_dir, command=_command_line(args))
-    except OSError as exc:
-        raise UsageError(f"--out {args.out}: cannot write the report ({exc.strerror or exc})") from None
+        study = study.with_measured(_measure(st, measure_model, live, args, out_dir, profile, err))
+    paths = _write_report(study, out_dir, args)
     if args.json:
         import json
 
@@ -114,18 +92,76 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def topology_names(text: str | None) -> list[str] | None:
+    """--topologies as a list of names; None (not given) keeps the default set."""
+    return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _networks(text: str | None, topologies) -> tuple:
+    """--network as the networks to compare; refused when no topology has a network between nodes."""
+    if text is None:
+        return ()
+    from topowise.whatif import parse_networks
+
+    networks = parse_networks(text)
+    if not any(getattr(t, "num_nodes", 1) > 1 for _label, t in topologies):
+        raise UsageError("--network compares networks between nodes: name a cluster among --topologies, "
+                         "e.g. --topologies '4x hgx-h100-8+ib-ndr'")
+    return networks
+
+
+def _live_to_measure(topologies):
+    """The node --measure runs on: the live one among --topologies, else this machine's GPUs through NVML."""
+    from topowise.report import study as st
+
+    live = next((t for label, t in topologies if label == "live"), None) or st.discover_live()
+    if live is None:
+        raise UsageError("--measure needs NVIDIA GPUs on this machine (none found through NVML); "
+                         "run it on a GPU machine, or drop --measure for predictions only")
+    return live
+
+
+def _measure(st, measure_model, live, args: argparse.Namespace, out_dir: Path, profile, err):
+    """`bench train` of every strategy on the live node's GPUs (the best --num-gpus of them)."""
+    gpus = live.best_subset(args.num_gpus) if args.num_gpus else live.indices
+    err.print(f"measuring {measure_model.name} on GPUs {','.join(map(str, gpus))} with `bench train` ...")
+    return st.measure_live(measure_model, live, tuple(gpus), seq_len=args.seq_len,
+                           micro_batch=args.micro_batch, steps=measure_steps(args),
+                           out_jsonl=str(out_dir / "measured.jsonl"), profile=profile,
+                           trace_dir=str(out_dir / "trace") if args.trace else None, compile=args.compile)
+
+
+def _write_report(study, out_dir: Path, args: argparse.Namespace):
+    from topowise.report.render import write_report
+
+    try:
+        return write_report(study, out_dir, command=_command_line(args))
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write the report ({exc.strerror or exc})") from None
+
+
 def refuse_idle_flags(args: argparse.Namespace) -> None:
     """A flag read only beside another (--measure, the network questions or --network) is refused without it."""
     if not args.measure:
-        for flag, given in (("--trace", args.trace), ("--measure-model", args.measure_model is not None),
-                            ("--measure-steps", args.measure_steps is not None)):
-            if given:
-                what = "a trace needs a measured run" if flag == "--trace" else "it sets the measured run"
-                raise UsageError(f"{flag} applies to --measure ({what}): add --measure on a GPU machine, "
-                                 f"or drop {flag}")
+        _refuse_measure_flags(args)
     if args.no_network_questions and args.questions_model is not None:
         raise UsageError("--questions-model sets the network questions' second model, and --no-network-questions "
                          "leaves them out: give one of them")
+    _refuse_unread_prices(args)
+
+
+def _refuse_measure_flags(args: argparse.Namespace) -> None:
+    """Without --measure: --trace, --measure-model and --measure-steps have no run to set."""
+    for flag, given in (("--trace", args.trace), ("--measure-model", args.measure_model is not None),
+                        ("--measure-steps", args.measure_steps is not None)):
+        if given:
+            what = "a trace needs a measured run" if flag == "--trace" else "it sets the measured run"
+            raise UsageError(f"{flag} applies to --measure ({what}): add --measure on a GPU machine, "
+                             f"or drop {flag}")
+
+
+def _refuse_unread_prices(args: argparse.Namespace) -> None:
+    """The prices are read by the network questions and --network only."""
     prices = [f for f, v in (("--gpu-hour-usd", args.gpu_hour_usd), ("--network-node-hour-usd",
                                                                        args.network_node_hour_usd)) if v is not None]
     if prices and args.no_network_questions and args.network is None:
@@ -185,21 +221,39 @@ def _load_profile(path: str | None, topologies=()):
 def _command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this report, from the parsed flags."""
     words = ["topowise", "study", "--model", args.model]
+    words += _topology_words(args)
+    words += ["--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]
+    if args.profile:
+        words += ["--profile", args.profile]
+    words += _measure_words(args)
+    words += _network_words(args)
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _topology_words(args: argparse.Namespace) -> list[str]:
+    words = []
     if args.topologies is not None:
         words += ["--topologies", args.topologies]
     if args.gpu_name:
         words += ["--gpu-name", args.gpu_name]
     if args.num_gpus is not None:
         words += ["--num-gpus", str(args.num_gpus)]
-    words += ["--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]
-    if args.profile:
-        words += ["--profile", args.profile]
-    if args.measure:
-        words += ["--measure", "--measure-model", args.measure_model or MEASURE_MODEL, "--measure-steps",
-                  str(measure_steps(args))] + (["--trace"] if args.trace else [])
+    return words
+
+
+def _measure_words(args: argparse.Namespace) -> list[str]:
+    if not args.measure:
+        return []
+    return ["--measure", "--measure-model", args.measure_model or MEASURE_MODEL, "--measure-steps",
+            str(measure_steps(args))] + (["--trace"] if args.trace else [])
+
+
+def _network_words(args: argparse.Namespace) -> list[str]:
+    """--network, the prices and the network questions' flags, as given."""
+    words = []
     for flag in ("network", "gpu_hour_usd", "network_node_hour_usd", "questions_model"):
         if getattr(args, flag, None) is not None:
             words += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.no_network_questions:
         words.append("--no-network-questions")
-    return " ".join(shlex.quote(w) for w in words)
+    return words

@@ -24,36 +24,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from topowise.topology import presets
-
     if args.list_presets:
-        given = [f for f, v in (("--preset", args.preset), ("--file", args.file), ("--gpu-name", args.gpu_name),
-                                ("--gpus", args.gpus), ("--json", args.json)) if v]
-        if given:
-            raise UsageError(f"--list-presets lists the named machines and nothing else: drop {given[0]}")
-        from topowise.topology.cluster import CLUSTER_PRESETS, EXAMPLES
-
-        rows = [(name, presets.describe(name)) for name in presets.preset_names()]
-        rows += [(name, f"cluster: {form}") for name, form in CLUSTER_PRESETS.items()]
-        width = max(len(name) for name, _ in rows)
-        for name, text in rows:
-            print(f"{name:<{width}}  {text}")
-        print("clusters by name: " + "; ".join(EXAMPLES) + " (docs/networks.md)")
+        _refuse_selection_with_list_presets(args)
+        _print_presets()
         return 0
     topo = _load(args)
     if topo.network is not None:  # a cluster: tiers and the network share, not an n x n matrix
-        from topowise.topology.cluster import cluster_report
-        from topowise.topology.model import parse_gpu_list
-
-        gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
-        report = cluster_report(topo, gpus)
-        print(json.dumps(report, indent=2)) if args.json else _render_cluster(report, largest_tp(topo, gpus)[1])
-        return 0
+        return _show_cluster(topo, args)
     report = topo_report(topo, args.gpus)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _render(report, largest_tp(topo, report.get("selection", {}).get("gpus"))[1])
+    return 0
+
+
+def _refuse_selection_with_list_presets(args: argparse.Namespace) -> None:
+    given = [f for f, v in (("--preset", args.preset), ("--file", args.file), ("--gpu-name", args.gpu_name),
+                            ("--gpus", args.gpus), ("--json", args.json)) if v]
+    if given:
+        raise UsageError(f"--list-presets lists the named machines and nothing else: drop {given[0]}")
+
+
+def preset_rows() -> list[tuple[str, str]]:
+    """(name, description) of every named machine, then every named cluster."""
+    from topowise.topology import presets
+    from topowise.topology.cluster import CLUSTER_PRESETS
+
+    rows = [(name, presets.describe(name)) for name in presets.preset_names()]
+    rows += [(name, f"cluster: {form}") for name, form in CLUSTER_PRESETS.items()]
+    return rows
+
+
+def _print_presets() -> None:
+    from topowise.topology.cluster import EXAMPLES
+
+    rows = preset_rows()
+    width = max(len(name) for name, _ in rows)
+    for name, text in rows:
+        print(f"{name:<{width}}  {text}")
+    print("clusters by name: " + "; ".join(EXAMPLES) + " (docs/networks.md)")
+
+
+def _show_cluster(topo, args: argparse.Namespace) -> int:
+    from topowise.topology.cluster import cluster_report
+    from topowise.topology.model import parse_gpu_list
+
+    gpus = parse_gpu_list(args.gpus, topo) if args.gpus else None
+    report = cluster_report(topo, gpus)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _render_cluster(report, largest_tp(topo, gpus)[1])
     return 0
 
 
@@ -73,21 +95,26 @@ def largest_tp(topo, gpus=None) -> tuple[int, str]:
     island = max(len(isl) for isl in node.islands())
     degree = largest_contained_degree(gpus, topo.island_of, limit=min(island, len(gpus)))
     beyond = "the network" if cluster and island == node.num_gpus else "PCIe"
-    if len(gpus) == 1:
-        why = "one GPU"
-    elif degree == 1 and island == 1:
-        why = f"no NVLink joins these GPUs: a TP group's per-block collectives would cross {beyond}"
-    elif degree == 1:
-        why = (f"no run of consecutive GPUs that divides the {len(gpus)} selected stays inside one NVLink island "
-               f"(islands of {island}): a TP group would cross {beyond}")
-    elif per_node and degree == len(gpus):
-        why = f"each node's {degree} GPUs share one NVLink island; a larger TP group would cross {beyond}"
-    elif degree == len(gpus):
-        why = f"all {degree}{' selected' if selected else ''} GPUs share one NVLink island"
-    else:
-        why = (f"TP groups of {degree} consecutive GPUs stay inside NVLink islands of {island}; a larger group would "
-               f"cross {beyond}")
+    why = _tp_reason(degree, len(gpus), island, beyond, per_node=per_node, selected=selected)
     return degree, f"largest TP degree {degree}: {why}"
+
+
+def _tp_reason(degree: int, n: int, island: int, beyond: str, *, per_node: bool, selected: bool) -> str:
+    """Why TP stops at `degree` among `n` GPUs in NVLink islands of `island`; `beyond` is what a larger group
+    would cross."""
+    if n == 1:
+        return "one GPU"
+    if degree == 1 and island == 1:
+        return f"no NVLink joins these GPUs: a TP group's per-block collectives would cross {beyond}"
+    if degree == 1:
+        return (f"no run of consecutive GPUs that divides the {n} selected stays inside one NVLink island "
+                f"(islands of {island}): a TP group would cross {beyond}")
+    if per_node and degree == n:
+        return f"each node's {degree} GPUs share one NVLink island; a larger TP group would cross {beyond}"
+    if degree == n:
+        return f"all {degree}{' selected' if selected else ''} GPUs share one NVLink island"
+    return (f"TP groups of {degree} consecutive GPUs stay inside NVLink islands of {island}; a larger group would "
+            f"cross {beyond}")
 
 
 def topo_report(topo, gpus_text: str | None = None, environ=None) -> dict:
@@ -154,23 +181,51 @@ def _load_file(path: str, gpu_name: str | None):
 
 
 def _render(report: dict, tp_line: str = "") -> None:
+    from topowise.cli.console import console as make_console
+    from topowise.cli.console import print_whole
+
+    console = make_console()
+    console.print(_headline(report))
+    about = _about(report)
+    if about:
+        console.print(f"[dim]{about}[/dim]", highlight=False)
+    console.print("links (kind, GB/s per direction):")
+    print_whole(console, _link_matrix(report))
+    console.print(f"[bold]NVLink islands[/bold]: {_islands_text(report['islands'])}")
+    if tp_line:
+        console.print(tp_line, markup=False, highlight=False)
+    console.print(f"[bold]bandwidth tiers[/bold]: {_tiers_text(report['tiers']) or 'one GPU, no links'}")
+    for nic in report.get("nics", []):
+        console.print(_nic_line(nic))
+    sel = report.get("selection")
+    if sel:
+        for line in _selection_lines(sel):
+            console.print(line)
+    _print_warnings(console, report["warnings"])
+
+
+def _headline(report: dict) -> str:
+    gpus = report["gpus"]
+    names = sorted({g["name"] for g in gpus})
+    return (f"[bold]{report['name']}[/bold]: {len(gpus)} x {', '.join(names)}"
+            + ("  (NVSwitch)" if report["nvswitch"] else "") + f"  PCIe gen {report['pcie_gen']}")
+
+
+def _about(report: dict) -> str | None:
+    """A preset is described in words; its sources (files of this repository) stay in --json's "source"."""
+    from topowise.topology.presets import PRESETS, describe
+
+    return describe(report["name"]) if report["name"] in PRESETS else report.get("source")
+
+
+def _link_matrix(report: dict):
+    """The GPU x GPU table of link kinds and GB/s, with each GPU's NUMA node."""
     from rich import box
     from rich.table import Table
 
-    from topowise.cli.console import column, print_whole
-    from topowise.cli.console import console as make_console
-    from topowise.topology.presets import PRESETS, describe
+    from topowise.cli.console import column
 
-    console = make_console()
     gpus = report["gpus"]
-    names = sorted({g["name"] for g in gpus})
-    console.print(f"[bold]{report['name']}[/bold]: {len(gpus)} x {', '.join(names)}"
-                  + ("  (NVSwitch)" if report["nvswitch"] else "") + f"  PCIe gen {report['pcie_gen']}")
-    # a preset is described in words; its sources (files of this repository) stay in --json's "source"
-    about = describe(report["name"]) if report["name"] in PRESETS else report.get("source")
-    if about:
-        console.print(f"[dim]{about}[/dim]", highlight=False)
-
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
     matrix = Table(box=box.SIMPLE_HEAD)
     column(matrix, "")
@@ -178,53 +233,60 @@ def _render(report: dict, tp_line: str = "") -> None:
         column(matrix, f"GPU{g['index']}", justify="center")
     column(matrix, "NUMA", justify="right")
     for g in gpus:
-        row = []
-        for h in gpus:
-            a, b = sorted((g["index"], h["index"]))
-            p = pairs.get((a, b))
-            if a == b:
-                row.append("X")
-            elif p is None:
-                row.append("?")
-            else:
-                label = f"NV{p['nvlinks']}" if p["kind"] == "NV" else p["kind"]
-                style = "green" if p["kind"] == "NV" else "yellow"
-                p2p = "" if p.get("p2p_supported", True) else " !p2p"
-                row.append(f"[{style}]{label}\n{p['gbps']:.3g}[/{style}]" + p2p)
+        row = [_link_cell(pairs, g["index"], h["index"]) for h in gpus]
         matrix.add_row(f"GPU{g['index']}", *row, "-" if g.get("numa_node") is None else str(g["numa_node"]))
-    console.print("links (kind, GB/s per direction):")
-    print_whole(console, matrix)
+    return matrix
 
-    islands = "  ".join("{" + ",".join(map(str, i)) + "}" for i in report["islands"])
-    console.print(f"[bold]NVLink islands[/bold]: {islands}")
-    if tp_line:
-        console.print(tp_line, markup=False, highlight=False)
-    tiers = ", ".join(f"{'NVLink ' + t['link'] if t['link'].startswith('NV') else 'PCIe ' + t['link']} "
-                      f"{t['gbps']:g} GB/s ({t['pairs']} pair{'s' if t['pairs'] != 1 else ''})"
-                      for t in report["tiers"])
-    console.print(f"[bold]bandwidth tiers[/bold]: {tiers or 'one GPU, no links'}")
-    for nic in report.get("nics", []):
-        near = ",".join(map(str, nic["nearest_gpus"])) or "none"
-        console.print(f"NIC {nic['name']}" + (f" ({nic['kind']}, {nic['gbps']:g} GB/s)" if nic["kind"] else "")
-                      + f": nearest GPUs {near}")
 
-    sel = report.get("selection")
-    if sel:
-        spanned = "  ".join("{" + ",".join(map(str, i)) + "}" for i in sel["islands_spanned"])
-        ring = ("one GPU, no ring" if sel["bottleneck_gbps"] is None
-                else f"ring at {sel['bottleneck_gbps']:g} GB/s per direction")
-        n = len(sel["islands_spanned"])
-        console.print(f"[bold]selection[/bold] GPUs {','.join(map(str, sel['gpus']))}: "
-                      f"{n} NVLink island{'s' if n != 1 else ''} spanned ({spanned}), {ring}")
-        if sorted(sel["best_subset"]) != sorted(sel["gpus"]):
-            best = sel["best_subset_bottleneck_gbps"]
-            console.print(f"  best {len(sel['gpus'])} GPUs here: {','.join(map(str, sel['best_subset']))}"
-                          + ("" if best is None else f" at {best:g} GB/s"))
-        else:
-            console.print("  this is already the best choice of that many GPUs")
-    for w in report["warnings"]:
+def _link_cell(pairs: dict, i: int, j: int) -> str:
+    a, b = sorted((i, j))
+    p = pairs.get((a, b))
+    if a == b:
+        return "X"
+    if p is None:
+        return "?"
+    label = f"NV{p['nvlinks']}" if p["kind"] == "NV" else p["kind"]
+    style = "green" if p["kind"] == "NV" else "yellow"
+    p2p = "" if p.get("p2p_supported", True) else " !p2p"
+    return f"[{style}]{label}\n{p['gbps']:.3g}[/{style}]" + p2p
+
+
+def _islands_text(islands) -> str:
+    return "  ".join("{" + ",".join(map(str, i)) + "}" for i in islands)
+
+
+def _tiers_text(tiers: list[dict]) -> str:
+    return ", ".join(f"{'NVLink ' + t['link'] if t['link'].startswith('NV') else 'PCIe ' + t['link']} "
+                     f"{t['gbps']:g} GB/s ({t['pairs']} pair{'s' if t['pairs'] != 1 else ''})"
+                     for t in tiers)
+
+
+def _nic_line(nic: dict) -> str:
+    near = ",".join(map(str, nic["nearest_gpus"])) or "none"
+    return (f"NIC {nic['name']}" + (f" ({nic['kind']}, {nic['gbps']:g} GB/s)" if nic["kind"] else "")
+            + f": nearest GPUs {near}")
+
+
+def _selection_lines(sel: dict) -> list[str]:
+    """The selected GPUs' islands and ring, then the best choice of that many GPUs."""
+    ring = ("one GPU, no ring" if sel["bottleneck_gbps"] is None
+            else f"ring at {sel['bottleneck_gbps']:g} GB/s per direction")
+    n = len(sel["islands_spanned"])
+    lines = [f"[bold]selection[/bold] GPUs {','.join(map(str, sel['gpus']))}: "
+             f"{n} NVLink island{'s' if n != 1 else ''} spanned ({_islands_text(sel['islands_spanned'])}), {ring}"]
+    if sorted(sel["best_subset"]) != sorted(sel["gpus"]):
+        best = sel["best_subset_bottleneck_gbps"]
+        lines.append(f"  best {len(sel['gpus'])} GPUs here: {','.join(map(str, sel['best_subset']))}"
+                     + ("" if best is None else f" at {best:g} GB/s"))
+    else:
+        lines.append("  this is already the best choice of that many GPUs")
+    return lines
+
+
+def _print_warnings(console, warnings: list[str]) -> None:
+    for w in warnings:
         console.print(f"[bold red]warning[/bold red]: {w}", highlight=False)
-    if not report["warnings"]:
+    if not warnings:
         console.print("[green]no warnings[/green]")
 
 
@@ -248,7 +310,4 @@ def _render_cluster(report: dict, tp_line: str = "") -> None:
         console.print(f"[bold]selection[/bold] {len(sel['gpus'])} GPUs on node(s) "
                       f"{','.join(map(str, sel['nodes_spanned']))}: ring at {bottleneck}; the best "
                       f"{len(sel['gpus'])} sit on node(s) {','.join(map(str, sel['best_subset_nodes']))}")
-    for w in report["warnings"]:
-        console.print(f"[bold red]warning[/bold red]: {w}", highlight=False)
-    if not report["warnings"]:
-        console.print("[green]no warnings[/green]")
+    _print_warnings(console, report["warnings"])
