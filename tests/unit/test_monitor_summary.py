@@ -107,3 +107,24 @@ def test_a_rank_whose_gpu_ran_slow_is_said_so(tmp_path, capsys):
     plain.mkdir()
     write_run(plain)
     assert not [line for line in verdict(summarize(str(plain))) if "MHz" in line]
+
+
+def test_the_slow_one_is_the_rank_that_cost_the_most_waiting(tmp_path):
+    # rank 0 is late by 5 ms at three steps (noise), rank 1 by 500 ms at one: rank 1 is named, rank 0 "also late"
+    late = {5: (0, 0.005), 6: (0, 0.005), 7: (0, 0.005), 9: (1, 0.5)}
+    for rank in range(2):
+        lines = [{"kind": "start", "rank": rank, "world_size": 2, "collective": "the gradient all-reduce"}]
+        for step in range(12):
+            who, by = late.get(step, (0, 0.0))
+            waits = [by if r != who else 0.0 for r in range(2)]
+            times = [0.1 + by] * 2
+            lines.append({"kind": "step", "step": step, "rank": rank, "world_size": 2, "judged": step >= 3,
+                          "step_time_s": times[rank], "wait_s": waits[rank], "slowest_rank": who, "slow_by_s": by,
+                          "late_at": "start", "collective": "the gradient all-reduce", "step_times_s": times,
+                          "waits_s": waits, "spike": {"step_time": by > 0 and rank != who,
+                                                      "wait": by > 0 and rank != who}})
+        (tmp_path / f"monitor.rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    summary = summarize(str(tmp_path))
+    assert summary.ranks[0].slowest_at_spikes == 3 and summary.ranks[1].slowest_at_spikes == 1
+    said = verdict(summary)
+    assert said[0].startswith("Rank 1 is the slow one") and "rank 0 3x" in said[1]

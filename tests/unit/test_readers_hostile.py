@@ -142,7 +142,8 @@ BENCH_TRAIN_FOLDER = Path(__file__).parents[1] / "data" / "records" / "2026-12-0
 
 
 @pytest.mark.parametrize("meta, words", [(None, "no fingerprint"), (DEEP, "not readable JSON"),
-                                         ("[1, 2]", "no topology or fingerprint")])
+                                         ("[1, 2]", "a JSON object"),
+                                         ("{}", "no topology or fingerprint")])
 def test_calibrate_from_records_of_another_kind(tmp_path, meta, words, capsys):
     folder = BENCH_TRAIN_FOLDER  # bench train's own meta.json: no machine fingerprint to key a profile on
     if meta is not None:

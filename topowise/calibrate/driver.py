@@ -78,6 +78,10 @@ def calibrate(*, device: str, nproc: int, out: str | None, records: str | None, 
     if from_records:
         folder = Path(from_records)
         recs, meta = read_records_dir(folder)
+        missing = [k for k in ("topology", "fingerprint") if k not in meta]
+        if missing:  # bench train's folders hold a meta.json too, without the machine's fingerprint
+            raise UsageError(f"{folder / META_FILE} has no {' or '.join(missing)}: not a calibration records folder "
+                             "(written by `topowise calibrate --records DIR`)")
         topo = Topology.from_dict(meta["topology"], f"{folder / META_FILE}")
         fp_text = meta["fingerprint"]
     else:

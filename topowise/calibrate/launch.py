@@ -114,10 +114,8 @@ def read_records_dir(folder: Path) -> tuple[list[dict], dict]:
         meta = json.loads(meta_path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise UsageError(f"{meta_path}: not readable JSON ({type(exc).__name__})") from None
-    missing = [k for k in ("topology", "fingerprint") if not isinstance(meta, dict) or k not in meta]
-    if missing:  # bench train's folders hold a meta.json too, without the machine's fingerprint
-        raise UsageError(f"{meta_path} has no {' or '.join(missing)}: not a calibration records folder (written by "
-                         "`topowise calibrate --records DIR`)")
+    if not isinstance(meta, dict):
+        raise UsageError(f"{meta_path}: a JSON object was expected, not {type(meta).__name__}")
     records = []
     for name in RECORD_FILES.values():
         records += load_records(folder / name)  # each through its record class: its version checked
