@@ -20,16 +20,6 @@ def _one_line(code, err, *words):
         assert w in err[0], err
 
 
-@pytest.fixture
-def plan_file(tmp_path, capsys):
-    from topowise.cli.main import main
-
-    path = tmp_path / "plan.json"
-    assert main(["plan", "--model", "tiny", "--topology", "h200-x2", "--save-plan", str(path)]) == 0
-    capsys.readouterr()
-    return path
-
-
 # --- 1. JSON nested 100,000 deep -------------------------------------------------------------------------
 def test_doctor_snapshot_nested_too_deeply(tmp_path, capsys):
     deep = tmp_path / "deep.json"
