@@ -158,17 +158,16 @@ def refuse_idle_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} does nothing with --network, which compares the best data-parallel plan on "
                              f"each network: drop {flag}, or drop --network to plan on one network")
     elif args.mesh:
-        mesh_idle = {"--micro-batch": "the mesh search tries micro-batches itself",
-                     "--compile": "the mesh search plans eager runs", "--engine": "the mesh search plans PyTorch",
-                     "--fabric": "the mesh search prices the topology's own links",
-                     "--wan-share": "the mesh search does not size accumulation for a WAN",
-                     "--save-plan": "a mesh is not saved as a plan yet", "--out": "a mesh's export prints on stdout"}
-        given = {"--micro-batch": args.micro_batch is not None, "--compile": args.compile,
-                 "--engine": args.engine != "pytorch", "--fabric": args.fabric != "nvlink",
-                 "--wan-share": args.wan_share is not None, "--save-plan": args.save_plan is not None,
-                 "--out": args.out is not None}
-        for flag in (f for f, on in given.items() if on):
-            raise UsageError(f"{flag} is not planned with --mesh ({mesh_idle[flag]}): drop {flag}, or drop --mesh "
+        mesh_idle = (  # (flag, given, why the mesh search leaves it out)
+            ("--micro-batch", args.micro_batch is not None, "the mesh search tries micro-batches itself"),
+            ("--compile", args.compile, "the mesh search plans eager runs"),
+            ("--engine", args.engine != "pytorch", "the mesh search plans PyTorch"),
+            ("--fabric", args.fabric != "nvlink", "the mesh search prices the topology's own links"),
+            ("--wan-share", args.wan_share is not None, "the mesh search does not size accumulation for a WAN"),
+            ("--save-plan", args.save_plan is not None, "a mesh is not saved as a plan yet"),
+            ("--out", args.out is not None, "a mesh's export prints on stdout"))
+        for flag, _, why in (m for m in mesh_idle if m[1]):
+            raise UsageError(f"{flag} is not planned with --mesh ({why}): drop {flag}, or drop --mesh "
                              "to plan data parallelism")
     elif args.global_batch is not None:
         raise UsageError("--global-batch sets the sequences per optimizer step of the mesh search: add --mesh "
